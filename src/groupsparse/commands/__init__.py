@@ -1,0 +1,1 @@
+"""One module per `groupsparse` subcommand; each defines register(subparsers)."""

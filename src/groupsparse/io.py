@@ -1,0 +1,136 @@
+"""Atomic file output, Parquet tables with provenance, pickle-free checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterator
+
+PROVENANCE_KEY = b"groupsparse.provenance"
+TIMING_COLUMNS = ("fit_seconds", "wall_seconds")  # vary run to run; ignored when comparing tables
+
+
+class InputError(ValueError):
+    """An input file is missing, truncated, corrupt, or from another configuration."""
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _static_provenance() -> dict[str, Any]:
+    versions = {}
+    for pkg in ("groupsparse", "torch", "numpy", "pandas", "pyarrow", "scikit-learn", "skglm", "snakemake"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    versions["python"] = platform.python_version()
+    return {"git_commit": git_commit(), "versions": versions, "host": socket.gethostname(),
+            "platform": platform.platform()}
+
+
+def git_commit() -> str:
+    """The commit of the checkout that holds this package (``+dirty`` if it has local changes)."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        if not sha:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance(config_hash: str, device: str = "cpu", **extra: Any) -> dict[str, Any]:
+    return {"config_hash": config_hash, "device": device, "argv": sys.argv[1:], **_static_provenance(), **extra}
+
+
+def write_parquet(df, path, prov: dict[str, Any]) -> None:
+    """Write a DataFrame atomically with ``prov`` as JSON in the file's schema metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[PROVENANCE_KEY] = json.dumps(prov, sort_keys=True, default=str).encode()
+    table = table.replace_schema_metadata(meta)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_parquet(path):
+    """Read a table written by :func:`write_parquet`; a truncated or foreign file is refused."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such table")
+    try:
+        return pq.read_table(path).to_pandas()
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise InputError(f"{path}: not a readable Parquet table ({exc}); delete it and rerun the rule that makes it") from exc
+
+
+def read_provenance(path) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    if PROVENANCE_KEY not in meta:
+        raise InputError(f"{path}: has no groupsparse provenance metadata")
+    return json.loads(meta[PROVENANCE_KEY])
+
+
+def save_checkpoint(path, tensors: dict, meta: dict[str, Any]) -> None:
+    """safetensors file: tensors plus ``meta`` (JSON) in its header. Loading never unpickles."""
+    from safetensors.torch import save_file
+
+    with atomic_path(path) as tmp:
+        save_file({k: t.contiguous().cpu() for k, t in tensors.items()}, str(tmp),
+                  metadata={"groupsparse": json.dumps(meta, sort_keys=True, default=str)})
+
+
+def load_checkpoint(path) -> tuple[dict, dict[str, Any]]:
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such checkpoint")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads((f.metadata() or {})["groupsparse"])
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as exc:
+        raise InputError(f"{path}: not a readable groupsparse checkpoint ({type(exc).__name__}: {exc}); "
+                         "delete it and rerun pretraining") from exc
+    return tensors, meta

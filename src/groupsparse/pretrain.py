@@ -1,0 +1,268 @@
+"""Population gradient descent for several seeds at once (STUDY.md section 3).
+
+Each seed has its own task (j*, v*), data stream and evaluation set, all drawn from
+generators seeded by the seed's identity; the seeds are stacked on a leading axis so
+one process trains them as one batched computation, with the same numbers as alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from . import io
+from .data import GroupSparseTask, draw_task
+from .model import embed, forward, init_params, logistic_loss, loss_and_grads_closed_form, token_width
+from .seeding import torch_generator
+from .specs import RunSpec
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+N_LOG_STEPS = 40
+
+
+class DivergedError(RuntimeError):
+    pass
+
+
+def task_identity(spec: RunSpec, seed: int) -> tuple:
+    """Identity of one repetition's task; transfer uses it to find the same j*."""
+    return (spec.study_seed, spec.task_name, seed)
+
+
+def record_steps(steps: int, every: int) -> list[int]:
+    regular = set(range(0, steps + 1, every))
+    logs = {int(round(x)) for x in np.geomspace(1, steps, N_LOG_STEPS)} if steps >= 1 else set()
+    return sorted(regular | logs | {0, steps})
+
+
+def attention_steps(steps: int, count: int) -> list[int]:
+    if count == 1:
+        return [steps]
+    logs = {int(round(x)) for x in np.geomspace(1, steps, count - 1)}
+    return sorted(logs | {0})
+
+
+@dataclass
+class PretrainResult:
+    params: dict[str, torch.Tensor]
+    tasks: list[GroupSparseTask]
+    trajectory: pd.DataFrame
+    attention: pd.DataFrame
+    status: list[str]
+    diverged_step: list[int]
+    resumed_from_step: int = 0
+    wall_seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _effective_W(params, spec: RunSpec, layer: int) -> torch.Tensor:
+    if spec.model.attention == "merged":
+        return params[f"layer{layer}.W"]
+    return params[f"layer{layer}.WK"].transpose(1, 2) @ params[f"layer{layer}.WQ"]
+
+
+def _attention_mass(attn: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+    """Mean over samples and queries of the mass that queries put on the relevant keys. (S,)"""
+    idx = relevant[:, None, :, None].expand(-1, attn.shape[1], -1, attn.shape[-1])
+    return attn.gather(2, idx).sum(2).mean(dim=(1, 2))
+
+
+class Trainer:
+    """Holds the batched state; ``run`` performs gradient descent with recording and resume."""
+
+    def __init__(self, spec: RunSpec, seeds: list[int], resume_path: str | Path | None = None,
+                 resume_every: int = 500):
+        self.spec, self.seeds = spec, list(seeds)
+        self.dtype = DTYPES[spec.dtype]
+        self.device = torch.device(spec.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("device: cuda was asked for, but torch sees no CUDA device")
+        ts, ms = spec.task, spec.model
+        self.tasks = [draw_task(ts, *task_identity(spec, s)) for s in self.seeds]
+        self.relevant = torch.stack([t.relevant for t in self.tasks]).to(self.device)
+        self.v_star = torch.stack([t.v_star for t in self.tasks]).to(self.device, self.dtype)
+        self.m = token_width(ms, ts.d, ts.D)
+        init_gens = [torch_generator(*task_identity(spec, s), "init") for s in self.seeds]
+        self.params = init_params(ms, len(self.seeds), self.m, init_gens, self.dtype, self.device)
+        self.train_gens = [torch_generator(*task_identity(spec, s), "train") for s in self.seeds]
+        eval_gens = [torch_generator(*task_identity(spec, s), "eval") for s in self.seeds]
+        Xe, ye = zip(*[t.sample(spec.pretrain.eval_size, g, antithetic=True, dtype=self.dtype, device=self.device)
+                       for t, g in zip(self.tasks, eval_gens)])
+        self.Z_eval, self.y_eval = embed(torch.stack(Xe), ms), torch.stack(ye)
+        self.closed_form = spec.pretrain.gradient == "closed_form" or (
+            spec.pretrain.gradient == "auto" and ms.is_paper_model)
+        if spec.pretrain.gradient == "closed_form" and not ms.is_paper_model:
+            raise ValueError("pretrain.gradient: closed_form exists only for the paper model "
+                             "(positions: concat, attention: merged, layers: 1); use auto or autograd")
+        self.scale = 1.0 / math.sqrt(self.m) if ms.score_scale == "sqrt" else 1.0
+        self.resume_path = Path(resume_path) if resume_path else None
+        self.resume_every = resume_every
+
+    # -- one step -------------------------------------------------------------------
+    def batch(self):
+        p = self.spec.pretrain
+        Xs, ys = zip(*[t.sample(p.batch, g, antithetic=p.sampling == "antithetic", dtype=self.dtype,
+                                device=self.device) for t, g in zip(self.tasks, self.train_gens)])
+        return embed(torch.stack(Xs), self.spec.model), torch.stack(ys)
+
+    def loss_and_grads(self, Z, y):
+        if self.closed_form:
+            loss, gW, gv, _, _ = loss_and_grads_closed_form(self.params["layer0.W"], self.params["v"], Z, y,
+                                                           self.scale)
+            return loss, {"layer0.W": gW, "v": gv}
+        params = {k: t.detach().requires_grad_(True) for k, t in self.params.items()}
+        f, _ = forward(params, Z, self.spec.model)
+        loss = logistic_loss(f, y)
+        grads = torch.autograd.grad(loss.sum(), list(params.values()))  # seeds are independent
+        return loss.detach(), dict(zip(params.keys(), grads))
+
+    # -- recording ------------------------------------------------------------------
+    @torch.no_grad()
+    def metrics(self, step: int, train_loss: torch.Tensor, active: torch.Tensor) -> list[dict]:
+        f, attn = forward(self.params, self.Z_eval, self.spec.model)
+        eval_loss = logistic_loss(f, self.y_eval)
+        acc = (torch.sign(f) == self.y_eval).to(torch.float64).mean(-1)
+        mass = _attention_mass(attn, self.relevant)
+        d = self.spec.task.d
+        v = self.params["v"]
+        v1, v2 = v[:, :d], v[:, d:]
+        cos = (v1 * self.v_star).sum(-1) / v1.norm(dim=-1).clamp_min(1e-30)
+        W = _effective_W(self.params, self.spec, self.spec.model.layers - 1)
+        concat = self.spec.model.positions == "concat"
+        nan = torch.full_like(cos, float("nan"))
+        blocks = {
+            "W_ff_norm": W[:, :d, :d].flatten(1).norm(dim=1),
+            "W_fp_norm": W[:, :d, d:].flatten(1).norm(dim=1) if concat else nan,
+            "W_pf_norm": W[:, d:, :d].flatten(1).norm(dim=1) if concat else nan,
+            "W_pp_norm": W[:, d:, d:].flatten(1).norm(dim=1) if concat else nan,
+        }
+        rows = []
+        for i, seed in enumerate(self.seeds):
+            if not bool(active[i]):
+                continue
+            rows.append({
+                "seed": seed, "step": step, "train_loss": float(train_loss[i]), "eval_loss": float(eval_loss[i]),
+                "eval_accuracy": float(acc[i]), "attention_on_relevant": float(mass[i]),
+                "cos_v1_vstar": float(cos[i]), "v1_norm": float(v1[i].norm()),
+                "v2_norm": float(v2[i].norm()) if concat else float("nan"),
+                **{k: float(t[i]) for k, t in blocks.items()},
+            })
+        return rows
+
+    @torch.no_grad()
+    def mean_attention(self, step: int, active: torch.Tensor) -> list[dict]:
+        _, attn = forward(self.params, self.Z_eval, self.spec.model)
+        mean = attn.mean(1).cpu().double()  # (S, D, D) [key, query]
+        D = mean.shape[-1]
+        rows = []
+        for i, seed in enumerate(self.seeds):
+            if not bool(active[i]):
+                continue
+            for key in range(D):
+                for query in range(D):
+                    rows.append({"seed": seed, "step": step, "key": key, "query": query,
+                                 "mass": float(mean[i, key, query])})
+        return rows
+
+    # -- resume ---------------------------------------------------------------------
+    def _save_resume(self, step, rows, att_rows, status, diverged_step, last_finite):
+        if not self.resume_path:
+            return
+        tensors = {f"param.{k}": t for k, t in self.params.items()}
+        tensors |= {f"gen.{i}": g.get_state() for i, g in enumerate(self.train_gens)}
+        meta = {"science_hash": self.spec.science_hash(), "seeds": self.seeds, "step": step, "rows": rows,
+                "attention_rows": att_rows, "status": status, "diverged_step": diverged_step,
+                "last_finite_loss": last_finite}
+        io.save_checkpoint(self.resume_path, tensors, meta)
+
+    def _load_resume(self):
+        if not (self.resume_path and self.resume_path.exists()):
+            return None
+        try:
+            tensors, meta = io.load_checkpoint(self.resume_path)
+        except io.InputError:
+            return None  # a state we cannot read is discarded: training restarts from scratch
+        if meta.get("science_hash") != self.spec.science_hash() or meta.get("seeds") != self.seeds:
+            return None
+        for k in self.params:
+            self.params[k] = tensors[f"param.{k}"].to(self.device, self.dtype)
+        for i, g in enumerate(self.train_gens):
+            g.set_state(tensors[f"gen.{i}"])
+        return meta
+
+    # -- the loop -------------------------------------------------------------------
+    def run(self, progress=None) -> PretrainResult:
+        t0 = time.perf_counter()
+        p = self.spec.pretrain
+        rec = set(record_steps(p.steps, p.record_every))
+        att = set(attention_steps(p.steps, p.attention_checkpoints))
+        n = len(self.seeds)
+        rows, att_rows = [], []
+        status, diverged_step, last_finite = ["ok"] * n, [-1] * n, [float("nan")] * n
+        start = 0
+        state = self._load_resume()
+        if state is not None:
+            start, rows, att_rows = state["step"], state["rows"], state["attention_rows"]
+            status, diverged_step, last_finite = state["status"], state["diverged_step"], state["last_finite_loss"]
+        resumed_from = start
+        for step in range(start, p.steps + 1):
+            if self.resume_path and step > start and step % self.resume_every == 0 and step < p.steps:
+                self._save_resume(step, rows, att_rows, status, diverged_step, last_finite)
+            Z, y = self.batch()
+            loss, grads = self.loss_and_grads(Z, y)
+            finite = torch.isfinite(loss) & torch.stack(
+                [torch.isfinite(g).flatten(1).all(1) for g in grads.values()]).all(0)
+            for i in range(n):
+                if status[i] == "ok" and not bool(finite[i]):
+                    status[i], diverged_step[i] = "diverged", step
+                elif status[i] == "ok":
+                    last_finite[i] = float(loss[i])
+            active = torch.tensor([s == "ok" for s in status])
+            if step in rec:
+                rows += self.metrics(step, loss, active)
+            if step in att:
+                att_rows += self.mean_attention(step, active)
+            if step == p.steps or (p.on_diverge == "fail" and "diverged" in status):
+                break
+            keep = active.to(self.device, self.dtype)
+            for k, g in grads.items():
+                mask = keep.view(-1, *([1] * (g.dim() - 1)))
+                self.params[k] = self.params[k] - p.eta * torch.nan_to_num(g) * mask
+            if progress and step % 500 == 0:
+                progress(step, loss)
+        if self.resume_path and self.resume_path.exists():
+            self.resume_path.unlink()
+        traj = pd.DataFrame(rows)
+        traj.insert(0, "task_name", self.spec.task_name)
+        js = {s: t.j_star for s, t in zip(self.seeds, self.tasks)}
+        traj.insert(2, "j_star", traj["seed"].map(js).astype("int64"))
+        st = dict(zip(self.seeds, status))
+        traj["status"] = traj["seed"].map(st)
+        traj["diverged_step"] = traj["seed"].map(dict(zip(self.seeds, diverged_step))).astype("int64")
+        traj["last_finite_loss"] = traj["seed"].map(dict(zip(self.seeds, last_finite)))
+        attn_df = pd.DataFrame(att_rows, columns=["seed", "step", "key", "query", "mass"])
+        attn_df.insert(0, "task_name", self.spec.task_name)
+        attn_df["j_star"] = attn_df["seed"].map(js).astype("int64")
+        return PretrainResult(self.params, self.tasks, traj, attn_df, status, diverged_step,
+                              resumed_from_step=resumed_from, wall_seconds=time.perf_counter() - t0,
+                              extra={"last_finite_loss": last_finite})
+
+
+def pretrain(spec: RunSpec, seeds: list[int], **kwargs) -> PretrainResult:
+    return Trainer(spec, seeds, **kwargs).run()
+
+
+def checkpoint_payload(spec: RunSpec, res: PretrainResult, seeds: list[int]):
+    """Tensors and metadata of a pretraining checkpoint (final parameters and tasks)."""
+    tensors = {f"param.{k}": t for k, t in res.params.items()}
+    tensors["task.relevant"] = torch.stack([t.relevant for t in res.tasks])
+    tensors["task.directions"] = torch.stack([t.directions for t in res.tasks])
+    meta = {"kind": "groupsparse.pretrain", "spec": spec.to_dict(), "science_hash": spec.science_hash(),
+            "seeds": seeds, "status": res.status, "diverged_step": res.diverged_step}
+    return tensors, meta
