@@ -1,0 +1,22 @@
+# groupsparse: do transformers learn optimal variable selection in group-sparse classification?
+# DAG: pretrain (per run x seed chunk) -> transfer (per checkpoint x method group)
+#      -> aggregate -> figures -> report.   Parsing never imports torch.
+
+configfile: "config.yaml"
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/transfer.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/tables/pretrain_trajectories.parquet",
+        "results/provenance.json",
+        figure_files(),
+        transfer_table_files(),

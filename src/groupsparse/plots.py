@@ -1,0 +1,152 @@
+"""Figures of one run: pretraining curves, attention heatmaps, parameter trajectories,
+transfer accuracy against n. Each is written as PNG and PDF; diverged seeds are marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .io import atomic_path  # noqa: E402
+
+RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters")
+TRANSFER_FIGURES = ("transfer_accuracy",)
+METHOD_LABELS = {
+    "pretrained_finetune": "pretrained, fine-tuned (SGD)",
+    "pretrained_frozen_W": "pretrained, W frozen",
+    "scratch_transformer": "same model from zero init",
+    "logreg": "logistic regression on vec(X)",
+    "group_lasso": "group-lasso logistic",
+    "mlp": "MLP on vec(X)",
+    "std_transformer": "standard 2-layer transformer",
+}
+
+
+def save(fig, outdir: Path, name: str) -> list[Path]:
+    paths = []
+    for ext in ("png", "pdf"):
+        path = Path(outdir) / f"{name}.{ext}"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight")
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def describe(spec: dict | None, run: str) -> str:
+    if not spec:
+        return run
+    t, p = spec["task"], spec["pretrain"]
+    kind = t.get("kind", "synthetic")
+    return (f"{run} ({kind}): d={t.get('d')}, D={t.get('D')}, eta={p['eta']}, batch={p['batch']}, "
+            f"{p['sampling']}, {spec['dtype']}")
+
+
+def _per_seed(ax, traj, column, label=None, logy=False):
+    for seed, g in traj.groupby("seed"):
+        bad = g["status"].iloc[0] != "ok"
+        ax.plot(g["step"], g[column], color="tab:red" if bad else "tab:blue", alpha=0.35, lw=1,
+                ls="--" if bad else "-")
+        if bad:
+            ax.plot(g["step"].iloc[-1], g[column].iloc[-1], "x", color="tab:red", ms=8)
+    ok = traj[traj["status"] == "ok"]
+    if len(ok):
+        mean = ok.groupby("step")[column].mean()
+        ax.plot(mean.index, mean.values, color="black", lw=2, label=label or "mean over ok seeds")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("gradient step")
+    ax.grid(alpha=0.3)
+
+
+def pretrain_curves(traj: pd.DataFrame, title: str, outdir: Path):
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    _per_seed(axes[0], traj, "eval_loss", logy=True)
+    axes[0].set_ylabel("logistic loss (evaluation set)")
+    _per_seed(axes[1], traj, "eval_accuracy")
+    axes[1].set_ylabel("accuracy (evaluation set)")
+    _per_seed(axes[2], traj, "attention_on_relevant")
+    axes[2].set_ylabel("mean attention mass on relevant group(s)")
+    axes[2].set_ylim(0, 1.02)
+    n_bad = traj.groupby("seed")["status"].first().ne("ok").sum()
+    axes[0].legend(title=f"thin: seeds ({n_bad} diverged, red x)" if n_bad else "thin lines: seeds", fontsize=8)
+    fig.suptitle(title)
+    return save(fig, outdir, "pretrain_curves")
+
+
+def attention_heatmaps(att: pd.DataFrame, title: str, outdir: Path):
+    seed = int(att["seed"].min())
+    a = att[att["seed"] == seed]
+    steps = sorted(a["step"].unique())
+    D = int(a["key"].max()) + 1
+    j_star = int(a["j_star"].iloc[0])
+    fig, axes = plt.subplots(1, len(steps), figsize=(3.1 * len(steps), 3.3), squeeze=False)
+    for ax, step in zip(axes[0], steps):
+        m = a[a["step"] == step].pivot(index="key", columns="query", values="mass").to_numpy()
+        im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis", origin="upper")
+        ax.add_patch(plt.Rectangle((-0.5, j_star - 0.5), D, 1, fill=False, edgecolor="red", lw=1.5))
+        ax.set_title(f"step {step}", fontsize=10)
+        ax.set_xlabel("query j")
+        ax.set_xticks(range(D))
+        ax.set_yticks(range(D))
+        ax.tick_params(labelsize=6)
+    axes[0][0].set_ylabel(f"key i (red box: j* = {j_star})")
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="mean S[i, j]")
+    fig.suptitle(f"{title}\nmean attention matrix, seed {seed}")
+    return save(fig, outdir, "attention_heatmaps")
+
+
+def parameters(traj: pd.DataFrame, title: str, outdir: Path):
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    _per_seed(axes[0], traj, "cos_v1_vstar")
+    axes[0].set_ylabel("cos(v1, v*)")
+    _per_seed(axes[1], traj, "v1_norm")
+    axes[1].set_ylabel("|v1|")
+    _per_seed(axes[2], traj, "v2_norm", logy=True)
+    axes[2].set_ylabel("|v2| (theory: 0)")
+    ok = traj[traj["status"] == "ok"]
+    for col, label in (("W_ff_norm", "features/features"), ("W_fp_norm", "features/positions"),
+                       ("W_pf_norm", "positions/features"), ("W_pp_norm", "positions/positions")):
+        mean = ok.groupby("step")[col].mean()
+        if mean.notna().any():
+            axes[3].plot(mean.index, mean.values.clip(1e-12), label=label)
+    axes[3].set_yscale("log")
+    axes[3].set_xlabel("gradient step")
+    axes[3].set_ylabel("Frobenius norm of W block (mean)")
+    axes[3].legend(fontsize=8)
+    axes[3].grid(alpha=0.3)
+    fig.suptitle(title)
+    return save(fig, outdir, "parameters")
+
+
+def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
+    panels = sorted(summary["downstream"].unique(), key=lambda s: (s != "transfer", s))
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.6), squeeze=False)
+    for ax, down in zip(axes[0], panels):
+        s = summary[summary["downstream"] == down]
+        for method, g in s.groupby("method", sort=False):
+            g = g.sort_values("n")
+            line, = ax.plot(g["n"], g["mean_test_accuracy"], marker="o", ms=3, label=METHOD_LABELS.get(method, method))
+            ax.fill_between(g["n"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15)
+            bad = g[g["n_seeds_not_ok"] > 0]
+            if len(bad):
+                ax.plot(bad["n"], bad["mean_test_accuracy"], "x", color="tab:red", ms=7)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training samples n (log scale)")
+        ax.set_ylabel("test accuracy (mean, 95% bootstrap band over seeds)")
+        ax.axhline(0.5, color="gray", ls=":", lw=1)
+        ax.set_title("downstream: " + down.replace("_", " "))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title)
+    return save(fig, outdir, "transfer_accuracy")
+
+
+def pretrain_figures(traj: pd.DataFrame, att: pd.DataFrame, title: str, outdir: Path) -> list[Path]:
+    outdir = Path(outdir)
+    return pretrain_curves(traj, title, outdir) + attention_heatmaps(att, title, outdir) + \
+        parameters(traj, title, outdir)

@@ -1,0 +1,169 @@
+"""Expand a study config into jobs: pretraining runs, seed chunks, transfer jobs.
+
+Torch-free: the Snakefile calls this at parse time. A *run* is one pretraining setting
+(task + model + pretraining overrides) trained over several seeds; the base tasks, the
+scaling grid and the ablations all become runs, so one pair of rules serves them all.
+Every cross-field problem raises ConfigError naming the full key path.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .specs import ConfigError, RunSpec, config_hash
+
+TRANSFER_JOB_KEYS = ("enabled", "methods", "sizes", "method_groups")
+
+
+@dataclass
+class Run:
+    name: str
+    spec: dict[str, Any]                       # RunSpec dict (validated)
+    seeds: list[int]
+    chunks: list[str]                          # "lo-hi" seed ranges, one pretraining job each
+    transfer: dict[str, Any] | None = None     # TransferSpec dict, or None when transfer is off
+    methods: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    method_groups: dict[str, list[str]] = field(default_factory=dict)
+    role: str = "task"                         # task | scaling | ablation
+
+    @property
+    def spec_json(self) -> str:
+        return json.dumps(self.spec, sort_keys=True, separators=(",", ":"))
+
+    def transfer_json(self) -> str:
+        return json.dumps({"run": self.spec, "transfer": self.transfer}, sort_keys=True, separators=(",", ":"))
+
+    def chunk_seeds(self, chunk: str) -> list[int]:
+        lo, hi = (int(x) for x in chunk.split("-"))
+        return list(range(lo, hi + 1))
+
+
+def deep_merge(base: dict, override: dict | None) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (override or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def chunk_seeds(n_seeds: int, per_job: int) -> list[str]:
+    return [f"{lo}-{min(lo + per_job, n_seeds) - 1}" for lo in range(0, n_seeds, per_job)]
+
+
+def _prefixed(where: str, exc: ConfigError) -> ConfigError:
+    return ConfigError(f"{where}.{exc}")
+
+
+def _check_sizes(sizes: list[int], where: str, max_n: int | None) -> None:
+    if not sizes:
+        raise ConfigError(f"{where}.sizes: must list at least one sample size")
+    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise ConfigError(f"{where}.sizes: must be strictly increasing, got {sizes}")
+    if sizes[0] < 2:
+        raise ConfigError(f"{where}.sizes: sample sizes must be >= 2, got {sizes[0]}")
+    if max_n is not None and sizes[-1] > max_n:
+        raise ConfigError(f"{where}.sizes: {sizes[-1]} exceeds transfer.max_n = {max_n}")
+
+
+def _known_methods() -> tuple[str, ...] | None:
+    try:
+        from .transfer.spec import METHODS
+    except ImportError:
+        return None
+    return tuple(METHODS)
+
+
+def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Run:
+    pre = deep_merge(config.get("pretrain", {}), entry.get("pretrain"))
+    seeds, per_job = pre.pop("seeds", 5), pre.pop("seeds_per_job", 5)
+    spec_dict = {
+        "study_seed": config["study_seed"],
+        "task_name": entry.get("data_identity", name),
+        "task": copy.deepcopy(entry.get("task", {})),
+        "model": deep_merge(config.get("model", {}), entry.get("model")),
+        "pretrain": pre,
+        "dtype": config.get("dtype", "float32"),
+        "device": config.get("device", "cpu"),
+        "run_name": name,
+    }
+    try:
+        spec = RunSpec.from_dict(spec_dict)
+    except ConfigError as exc:
+        raise _prefixed(where, exc) from None
+    run = Run(name, spec.to_dict(), list(range(seeds)), chunk_seeds(seeds, per_job), role=role)
+    tr = deep_merge(config.get("transfer", {}), entry.get("transfer"))
+    if tr.get("enabled", True) and tr.get("methods"):
+        run.methods = list(tr["methods"])
+        run.sizes = [int(n) for n in tr["sizes"]]
+        groups = tr.get("method_groups") or {"all": run.methods}
+        run.method_groups = {g: [m for m in ms if m in run.methods] for g, ms in groups.items()}
+        run.method_groups = {g: ms for g, ms in run.method_groups.items() if ms}
+        ungrouped = sorted(set(run.methods) - {m for ms in run.method_groups.values() for m in ms})
+        if ungrouped:
+            raise ConfigError(f"{where}.transfer.method_groups: methods {ungrouped} are in no group")
+        known = _known_methods()
+        if known is not None:
+            bad = [m for m in run.methods if m not in known]
+            if bad:
+                raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(known)}")
+        run.transfer = {k: v for k, v in tr.items() if k not in TRANSFER_JOB_KEYS}
+        _check_sizes(run.sizes, f"{where}.transfer", run.transfer.get("max_n"))
+        try:
+            from .transfer.spec import TransferSpec
+        except ImportError:
+            TransferSpec = None
+        if TransferSpec is not None:
+            try:
+                TransferSpec.from_dict(run.transfer)
+            except ConfigError as exc:
+                raise _prefixed(f"{where}.transfer", exc) from None
+    return run
+
+
+def expand(config: dict) -> dict[str, Run]:
+    """All pretraining runs of the study, by name (validated)."""
+    runs: dict[str, Run] = {}
+    tasks = config.get("tasks") or {}
+    if not tasks:
+        raise ConfigError("tasks: the study needs at least one task")
+    for name, entry in tasks.items():
+        runs[name] = _make_run(config, name, entry or {}, "task", f"tasks.{name}")
+
+    scaling = config.get("scaling") or {}
+    if scaling.get("enabled", False):
+        base = scaling.get("task", {})
+        for d in scaling.get("d_grid", [base.get("d", 10)]):
+            for D in scaling["D_grid"]:
+                name = f"scale_d{d}_D{D}"
+                entry = {"task": base | {"d": d, "D": D}, "pretrain": scaling.get("pretrain"),
+                         "transfer": scaling.get("transfer", {"enabled": False})}
+                runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
+
+    ablations = config.get("ablations") or {}
+    if ablations.get("enabled", False):
+        base_name = ablations.get("base_task", "base")
+        if base_name not in tasks:
+            raise ConfigError(f"ablations.base_task: {base_name!r} is not a task; tasks: {', '.join(tasks)}")
+        base_entry = tasks[base_name] or {}
+        for vname, variant in (ablations.get("variants") or {}).items():
+            name = f"ablation_{vname}"
+            entry = {
+                "data_identity": base_name,  # same data stream as the base task where the law allows
+                "task": deep_merge(base_entry.get("task", {}), (variant or {}).get("task")),
+                "model": (variant or {}).get("model"),
+                "pretrain": deep_merge(ablations.get("pretrain", {}), (variant or {}).get("pretrain")),
+                "transfer": ablations.get("transfer", {"enabled": False}),
+            }
+            runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}")
+        # the reference point of the ablations: the base task under the ablations' own budget
+        ref = {"data_identity": base_name, "task": base_entry.get("task", {}),
+               "pretrain": ablations.get("pretrain"), "transfer": ablations.get("transfer", {"enabled": False})}
+        runs["ablation_none"] = _make_run(config, "ablation_none", ref, "ablation", "ablations")
+    return runs
+
+
+def study_hash(config: dict) -> str:
+    return config_hash(config)

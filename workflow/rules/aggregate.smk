@@ -1,0 +1,98 @@
+# Aggregation, figures and the report's inputs: cheap, so they run on the submitting host.
+
+localrules:
+    aggregate,
+    figures,
+    transfer_figure,
+
+
+rule aggregate:
+    input:
+        trajectories=all_trajectories(),
+        attention=all_attention(),
+        transfer=all_transfer_tables(),
+    output:
+        trajectories="results/tables/pretrain_trajectories.parquet",
+        attention="results/tables/pretrain_attention.parquet",
+        pretrain_summary="results/tables/pretrain_summary.parquet",
+        pretrain_summary_csv=report(
+            "results/tables/pretrain_summary.csv",
+            caption="../report/table_pretrain_summary.rst",
+            category="Tables",
+        ),
+        provenance="results/provenance.json",
+        transfer_tables=transfer_table_outputs(),
+    params:
+        study=STUDY_JSON,
+        transfer=lambda w, input: ("--transfer " + " ".join(input.transfer)) if input.transfer else "",
+    log:
+        "results/logs/aggregate.log",
+    benchmark:
+        "results/benchmarks/aggregate.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "groupsparse aggregate --trajectories {input.trajectories} --attention {input.attention}"
+        " {params.transfer} --study-json {params.study:q} --outdir results/tables"
+        " --provenance-json {output.provenance} > {log} 2>&1"
+
+
+rule figures:
+    input:
+        "results/tables/pretrain_trajectories.parquet",
+        "results/tables/pretrain_attention.parquet",
+    output:
+        [
+            report(
+                f"results/figures/{{run}}/{name}.png",
+                caption=f"../report/{name}.rst",
+                category="Figures",
+                subcategory="{run}",
+            )
+            for name in FIGURES_PER_RUN
+        ],
+        [f"results/figures/{{run}}/{name}.pdf" for name in FIGURES_PER_RUN],
+    log:
+        "results/logs/figures/{run}.log",
+    benchmark:
+        "results/benchmarks/figures/{run}.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "groupsparse plot --kind pretrain --tables results/tables --run {wildcards.run}"
+        " --outdir results/figures/{wildcards.run} > {log} 2>&1"
+
+
+rule transfer_figure:
+    input:
+        "results/tables/transfer.parquet",
+        "results/tables/pretrain_trajectories.parquet",
+    output:
+        report(
+            "results/figures/{run}/transfer_accuracy.png",
+            caption="../report/transfer_accuracy.rst",
+            category="Figures",
+            subcategory="{run}",
+        ),
+        "results/figures/{run}/transfer_accuracy.pdf",
+    log:
+        "results/logs/figures/{run}.transfer.log",
+    benchmark:
+        "results/benchmarks/figures/{run}.transfer.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "groupsparse plot --kind transfer --tables results/tables --run {wildcards.run}"
+        " --outdir results/figures/{wildcards.run} > {log} 2>&1"

@@ -1,0 +1,133 @@
+# Helpers shared by the rules: config validation, the run table, file lists, resources.
+import json
+import sys
+from pathlib import Path
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+# The package lives in src/; make it importable at parse time even without `pip install -e`.
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from groupsparse.specs import ConfigError  # noqa: E402  (torch-free)
+from groupsparse.study import expand  # noqa: E402
+
+validate(config, "../schemas/config.schema.yaml")
+try:
+    RUNS = expand(config)
+except ConfigError as exc:
+    raise WorkflowError(f"invalid configuration: {exc}") from None
+
+STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
+CHUNK = r"\d+-\d+"
+
+wildcard_constraints:
+    run="[A-Za-z][A-Za-z0-9_]*",
+    chunk=CHUNK,
+    group="[A-Za-z][A-Za-z0-9_]*",
+
+JOBS = config.get("jobs", {})
+PRETRAIN_THREADS = JOBS.get("pretrain_threads", 2)
+TRANSFER_THREADS = JOBS.get("transfer_threads", 1)
+GPU = 1 if config.get("device") == "cuda" else 0
+
+
+def pretrain_prefix(run, chunk):
+    return f"results/pretrain/{run}/seeds{chunk}"
+
+
+def checkpoint_path(run, chunk):
+    return pretrain_prefix(run, chunk) + ".safetensors"
+
+
+def all_trajectories():
+    return [pretrain_prefix(r, c) + ".trajectory.parquet" for r, run in RUNS.items() for c in run.chunks]
+
+
+def all_attention():
+    return [pretrain_prefix(r, c) + ".attention.parquet" for r, run in RUNS.items() for c in run.chunks]
+
+
+def all_transfer_tables():
+    return [f"results/transfer/{r}/seeds{c}/{g}.parquet"
+            for r, run in RUNS.items() if run.transfer is not None
+            for c in run.chunks for g in run.method_groups]
+
+
+FIGURES_PER_RUN = ["pretrain_curves", "attention_heatmaps", "parameters"]
+TRANSFER_TABLES = ["transfer.parquet", "summary.parquet", "sample_complexity.parquet"]
+TRANSFER_TABLES_CSV = ["summary.csv", "sample_complexity.csv"]
+
+
+def transfer_table_outputs():
+    if not all_transfer_tables():
+        return []
+    csv = [f"results/tables/{t}" for t in TRANSFER_TABLES_CSV]
+    return [f"results/tables/{t}" for t in TRANSFER_TABLES] + [as_report_table(p) for p in csv]
+
+
+def as_report_table(path):
+    caption = f"../report/table_{Path(path).stem}.rst"
+    return report(path, caption=caption, category="Tables")
+
+
+def run_figure_names(run):
+    names = list(FIGURES_PER_RUN)
+    if RUNS[run].transfer is not None:
+        names.append("transfer_accuracy")
+    return names
+
+
+def figure_runs():
+    """Runs that get their own figure set: the named tasks (scaling points and ablations are
+    summarised by the scaling figures instead)."""
+    return [r for r, run in RUNS.items() if run.role == "task"]
+
+
+def figure_files():
+    return [f"results/figures/{r}/{name}.{ext}" for r in figure_runs()
+            for name in run_figure_names(r) for ext in ("png", "pdf")]
+
+
+# --- resources, scaled with the work a job does ---------------------------------------
+
+def pretrain_work(run):
+    """Multiply-adds of one seed's training, ~ steps x batch x D x (d + D)^2."""
+    s = RUNS[run].spec
+    t, p = s["task"], s["pretrain"]
+    m = t["d"] + t["D"]
+    return p["steps"] * p["batch"] * t["D"] * m * m
+
+
+def pretrain_mem_mb(wildcards):
+    s = RUNS[wildcards.run].spec
+    t, p = s["task"], s["pretrain"]
+    n = len(RUNS[wildcards.run].chunk_seeds(wildcards.chunk))
+    per_seed = 8 * max(p["batch"], p["eval_size"]) * t["D"] * (t["d"] + t["D"]) * 12  # tokens, scores, grads
+    return 600 + (n * per_seed) // 2**20
+
+
+def pretrain_runtime(wildcards):
+    n = len(RUNS[wildcards.run].chunk_seeds(wildcards.chunk))
+    minutes = n * pretrain_work(wildcards.run) / 2e9 / 60  # ~2 GFLOP/s per seed, pessimistic
+    return int(10 + 3 * minutes)
+
+
+def transfer_runtime(wildcards):
+    run = RUNS[wildcards.run]
+    n = len(run.chunk_seeds(wildcards.chunk))
+    return int(15 + n * sum(run.sizes) / 4096 * 4)
+
+
+def transfer_mem_mb(wildcards):
+    run = RUNS[wildcards.run]
+    t = run.spec["task"]
+    test = run.transfer.get("test_size", 10000) if run.transfer else 10000
+    return 1000 + (8 * (test + max(run.sizes)) * t["D"] * (t["d"] + t["D"]) * 20) // 2**20
+
+
+def transfer_table_files():
+    return [f"results/tables/{t}" for t in TRANSFER_TABLES + TRANSFER_TABLES_CSV] if all_transfer_tables() else []
+
+
+CONDA_ENV = "../envs/groupsparse.yaml"

@@ -1,0 +1,27 @@
+# Transfer: one job per (pretrained checkpoint, method group); a job runs every sample size.
+
+
+rule transfer:
+    input:
+        checkpoint="results/pretrain/{run}/seeds{chunk}.safetensors",
+    output:
+        table="results/transfer/{run}/seeds{chunk}/{group}.parquet",
+    params:
+        spec=lambda w: RUNS[w.run].transfer_json(),
+        methods=lambda w: ",".join(RUNS[w.run].method_groups[w.group]),
+        sizes=lambda w: ",".join(map(str, RUNS[w.run].sizes)),
+    log:
+        "results/logs/transfer/{run}/seeds{chunk}/{group}.log",
+    benchmark:
+        "results/benchmarks/transfer/{run}/seeds{chunk}/{group}.tsv"
+    conda:
+        CONDA_ENV
+    threads: TRANSFER_THREADS
+    resources:
+        mem_mb=transfer_mem_mb,
+        runtime=transfer_runtime,
+        gpu=GPU,
+    shell:
+        "groupsparse transfer --spec {params.spec:q} --checkpoint {input.checkpoint}"
+        " --methods {params.methods} --sizes {params.sizes} --out {output.table}"
+        " --threads {threads} > {log} 2>&1"
