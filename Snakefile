@@ -11,6 +11,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/transfer.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/scaling.smk"
 
 
 rule all:
@@ -20,3 +21,4 @@ rule all:
         "results/provenance.json",
         figure_files(),
         transfer_table_files(),
+        scaling_outputs(),

@@ -85,7 +85,7 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
         "task": copy.deepcopy(entry.get("task", {})),
         "model": deep_merge(config.get("model", {}), entry.get("model")),
         "pretrain": pre,
-        "dtype": config.get("dtype", "float32"),
+        "dtype": entry.get("dtype") or config.get("dtype", "float32"),
         "device": config.get("device", "cpu"),
         "run_name": name,
     }
@@ -95,13 +95,19 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
         raise _prefixed(where, exc) from None
     run = Run(name, spec.to_dict(), list(range(seeds)), chunk_seeds(seeds, per_job), role=role)
     tr = deep_merge(config.get("transfer", {}), entry.get("transfer"))
+    if "method_groups" in (entry.get("transfer") or {}):  # a run's own grouping replaces the study's
+        tr["method_groups"] = copy.deepcopy(entry["transfer"]["method_groups"])
     if tr.get("enabled", True) and tr.get("methods"):
         run.methods = list(tr["methods"])
         run.sizes = [int(n) for n in tr["sizes"]]
         groups = tr.get("method_groups") or {"all": run.methods}
         run.method_groups = {g: [m for m in ms if m in run.methods] for g, ms in groups.items()}
         run.method_groups = {g: ms for g, ms in run.method_groups.items() if ms}
-        ungrouped = sorted(set(run.methods) - {m for ms in run.method_groups.values() for m in ms})
+        grouped = [m for ms in run.method_groups.values() for m in ms]
+        twice = sorted({m for m in grouped if grouped.count(m) > 1})
+        if twice:
+            raise ConfigError(f"{where}.transfer.method_groups: methods {twice} are in more than one group")
+        ungrouped = sorted(set(run.methods) - set(grouped))
         if ungrouped:
             raise ConfigError(f"{where}.transfer.method_groups: methods {ungrouped} are in no group")
         known = _known_methods()
@@ -139,7 +145,7 @@ def expand(config: dict) -> dict[str, Run]:
             for D in scaling["D_grid"]:
                 name = f"scale_d{d}_D{D}"
                 entry = {"task": base | {"d": d, "D": D}, "pretrain": scaling.get("pretrain"),
-                         "transfer": scaling.get("transfer", {"enabled": False})}
+                         "transfer": scaling.get("transfer", {"enabled": False}), "dtype": scaling.get("dtype")}
                 runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
 
     ablations = config.get("ablations") or {}
@@ -156,11 +162,13 @@ def expand(config: dict) -> dict[str, Run]:
                 "model": (variant or {}).get("model"),
                 "pretrain": deep_merge(ablations.get("pretrain", {}), (variant or {}).get("pretrain")),
                 "transfer": ablations.get("transfer", {"enabled": False}),
+                "dtype": ablations.get("dtype"),
             }
             runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}")
         # the reference point of the ablations: the base task under the ablations' own budget
         ref = {"data_identity": base_name, "task": base_entry.get("task", {}),
-               "pretrain": ablations.get("pretrain"), "transfer": ablations.get("transfer", {"enabled": False})}
+               "pretrain": ablations.get("pretrain"), "transfer": ablations.get("transfer", {"enabled": False}),
+               "dtype": ablations.get("dtype")}
         runs["ablation_none"] = _make_run(config, "ablation_none", ref, "ablation", "ablations")
     return runs
 

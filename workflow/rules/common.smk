@@ -3,6 +3,7 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -11,12 +12,23 @@ min_version("9.0")
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from groupsparse.specs import ConfigError  # noqa: E402  (torch-free)
 from groupsparse.study import expand  # noqa: E402
+from groupsparse import preflight  # noqa: E402  (torch-free)
 
-validate(config, "../schemas/config.schema.yaml")
+# One line naming the key and the allowed values, rather than a JSON-schema dump.
+_schema = yaml.safe_load((Path(workflow.basedir) / "workflow/schemas/config.schema.yaml").read_text())
+_problem = preflight.schema_problem(config, _schema)
+if _problem:
+    raise WorkflowError(f"invalid configuration: {_problem}")
+validate(config, "../schemas/config.schema.yaml")  # fills in the schema's defaults
 try:
     RUNS = expand(config)
 except ConfigError as exc:
     raise WorkflowError(f"invalid configuration: {exc}") from None
+# Inputs that must exist and a results folder that must take writes: fail now, not mid-study.
+_problems = preflight.input_problems(RUNS, lambda r: f"tasks.{r}" if RUNS[r].role == "task" else f"run {r}")
+_problems += [p for p in [preflight.results_problem("results")] if p]
+if _problems:
+    raise WorkflowError("cannot run the study: " + "; ".join(_problems))
 
 STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
 CHUNK = r"\d+-\d+"
@@ -29,6 +41,8 @@ wildcard_constraints:
 JOBS = config.get("jobs", {})
 PRETRAIN_THREADS = JOBS.get("pretrain_threads", 2)
 TRANSFER_THREADS = JOBS.get("transfer_threads", 1)
+# steps between a pretraining job's saved resume states (the numbers do not depend on it)
+PRETRAIN_RESUME_EVERY = JOBS.get("pretrain_resume_every", 500)
 GPU = 1 if config.get("device") == "cuda" else 0
 
 
@@ -131,3 +145,47 @@ def transfer_table_files():
 
 
 CONDA_ENV = "../envs/groupsparse.yaml"
+
+
+# --- scaling and ablations ------------------------------------------------------------
+
+def scaling_args():
+    """`groupsparse scaling` options from scaling.analysis and ablations.analysis."""
+    a = (config.get("scaling") or {}).get("analysis") or {}
+    b = (config.get("ablations") or {}).get("analysis") or {}
+    csv = lambda xs: ",".join(str(x) for x in xs)
+    args = []
+    if "thresholds" in a:
+        args += ["--thresholds", csv(a["thresholds"])]
+    if "loss_target" in a:
+        args += ["--loss-target", "none" if a["loss_target"] is None else str(a["loss_target"])]
+    if "accuracy_targets" in a:
+        args += ["--accuracy-targets", csv(a["accuracy_targets"])]
+    if "methods" in a:
+        args += ["--methods", csv(a["methods"])]
+    if "downstream" in a:
+        args += ["--downstream", csv(a["downstream"])]
+    if "near_one" in a:
+        args += ["--near-one", str(a["near_one"])]
+    if "n_boot" in a:
+        args += ["--n-boot", str(a["n_boot"])]
+    if "baseline" in b:
+        args += ["--baseline", b["baseline"]]
+    if "sizes" in b:
+        args += ["--ablation-sizes", csv(b["sizes"])]
+    return " ".join(args)
+
+
+SCALING_FIGURES = ["convergence_time", "attention_concentration", "sample_complexity", "ablations"]
+SCALING_TABLES = ["claims", "scaling_fits", "ablations", "scaling_points", "scaling_crossings"]
+
+
+def scaling_enabled():
+    return any(run.role in ("scaling", "ablation") for run in RUNS.values())
+
+
+def scaling_outputs():
+    if not scaling_enabled():
+        return []
+    return ([f"results/tables/{t}.parquet" for t in SCALING_TABLES] + ["results/tables/claims.csv"]
+            + [f"results/figures/scaling/{f}.{ext}" for f in SCALING_FIGURES for ext in ("png", "pdf")])
