@@ -2,7 +2,12 @@
 # DAG: pretrain (per run x seed chunk) -> transfer (per checkpoint x method group)
 #      -> aggregate -> figures -> report.   Parsing never imports torch.
 
-configfile: "config.yaml"
+# The embedded default study, unless the command line names its own config file(s):
+# `--configfile configs/tiny.yaml` then means that study alone, not a merge with this one.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
+
 
 report: "workflow/report/workflow.rst"
 
@@ -12,6 +17,7 @@ include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/transfer.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/scaling.smk"
+include: "workflow/rules/images.smk"
 
 
 rule all:

@@ -18,7 +18,8 @@ from .specs import ModelSpec
 def sine_positions(D: int, dtype: torch.dtype = torch.float64, device="cpu") -> torch.Tensor:
     """P[k, j] = sqrt(2/(D+1)) sin(pi (k+1)(j+1)/(D+1)): the orthonormal, symmetric DST-I matrix."""
     k = torch.arange(1, D + 1, dtype=torch.float64)
-    P = math.sqrt(2.0 / (D + 1)) * torch.sin(math.pi * k[:, None] * k[None, :] / (D + 1))
+    # integer product (k+1)(j+1) first: (pi*k)*j and (pi*j)*k round differently, breaking symmetry
+    P = math.sqrt(2.0 / (D + 1)) * torch.sin(math.pi * (k[:, None] * k[None, :]) / (D + 1))
     return P.to(dtype=dtype, device=device)
 
 
@@ -57,15 +58,25 @@ def init_params(spec: ModelSpec, n_seeds: int, m: int, gens: list[torch.Generato
     return params
 
 
+def seedwise_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(S, n, k) @ (S, k, p), one 2-D matmul per seed.
+
+    torch.bmm is not batch-invariant: with one seed it calls plain gemm/gemv, with several
+    MKL's batched gemm, and the bits differ. A per-seed matmul gives a seed the same numbers
+    whether it trains alone or among others (tests/test_core.py checks this).
+    """
+    return torch.stack([a[s] @ b[s] for s in range(a.shape[0])])
+
+
 def _scores(params, layer: int, Z: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
     S_, B, D, m = Z.shape
     flat = Z.reshape(S_, B * D, m)
     if spec.attention == "merged":
-        ZW = torch.bmm(flat, params[f"layer{layer}.W"]).reshape(S_, B, D, m)
+        ZW = seedwise_mm(flat, params[f"layer{layer}.W"]).reshape(S_, B, D, m)
         A = ZW @ Z.transpose(-1, -2)
     else:
-        K = torch.bmm(flat, params[f"layer{layer}.WK"].transpose(1, 2)).reshape(S_, B, D, m)
-        Q = torch.bmm(flat, params[f"layer{layer}.WQ"].transpose(1, 2)).reshape(S_, B, D, m)
+        K = seedwise_mm(flat, params[f"layer{layer}.WK"].transpose(1, 2)).reshape(S_, B, D, m)
+        Q = seedwise_mm(flat, params[f"layer{layer}.WQ"].transpose(1, 2)).reshape(S_, B, D, m)
         A = K @ Q.transpose(-1, -2)
     if spec.score_scale == "sqrt":
         A = A / math.sqrt(m)
@@ -84,8 +95,22 @@ def forward(params: dict[str, torch.Tensor], Z: torch.Tensor, spec: ModelSpec):
 
 
 def logistic_loss(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean over the batch of log(1 + exp(-y f)), per seed."""
-    return torch.nn.functional.softplus(-y * f).mean(-1)
+    """Mean over the batch (last axis) of log(1 + exp(-y f)), per seed (leading axis)."""
+    margins = y * f
+    if margins.dim() == 1:
+        return torch.nn.functional.softplus(-margins).mean(-1)
+    return seedwise(lambda m: torch.nn.functional.softplus(-m).mean(-1), margins)
+
+
+def seedwise(fn, x: torch.Tensor) -> torch.Tensor:
+    """fn applied to each seed's slice x[s], stacked.
+
+    For transcendental elementwise ops (softplus, sigmoid, exp): torch's vectorised CPU
+    kernels compute a tensor's last few elements (the remainder of its length modulo the
+    SIMD width) with scalar code that rounds differently, so on the stacked (S, B) tensor a
+    seed's bits would depend on its place among the seeds.
+    """
+    return torch.stack([fn(part) for part in x.unbind(0)])
 
 
 def loss_and_grads_closed_form(W: torch.Tensor, v: torch.Tensor, Z: torch.Tensor, y: torch.Tensor,
@@ -98,21 +123,21 @@ def loss_and_grads_closed_form(W: torch.Tensor, v: torch.Tensor, Z: torch.Tensor
     """
     S_, B, D, m = Z.shape
     flat = Z.reshape(S_, B * D, m)
-    A = torch.bmm(flat, W).reshape(S_, B, D, m) @ Z.transpose(-1, -2)
+    A = seedwise_mm(flat, W).reshape(S_, B, D, m) @ Z.transpose(-1, -2)
     if scale != 1.0:
         A = A * scale
     attn = torch.softmax(A, dim=-2)
-    u = torch.bmm(flat, v[:, :, None]).reshape(S_, B, D)
+    u = (Z * v[:, None, None, :]).sum(-1)                  # elementwise: batch-invariant, unlike bmm
     r = attn.sum(-1)
     f = (u * r).sum(-1)
     yf = y * f
-    loss = torch.nn.functional.softplus(-yf).mean(-1)
-    g = -y * torch.sigmoid(-yf) / B                         # (S, B)
-    gv = torch.bmm((g[..., None] * r).reshape(S_, 1, B * D), flat).reshape(S_, m)
+    loss = logistic_loss(f, y)
+    g = -y * seedwise(torch.sigmoid, -yf) / B               # (S, B)
+    gv = ((g[..., None] * r)[..., None] * Z).sum((1, 2))    # elementwise: no gemv, batch-invariant
     ubar = (attn * u[..., :, None]).sum(-2)                  # (S, B, D): mean value seen by query j
     G = attn * (u[..., :, None] - ubar[..., None, :])        # (S, B, D, D)
     H = (G @ Z).reshape(S_, B * D, m)
-    gW = torch.bmm((g[..., None, None] * Z).reshape(S_, B * D, m).transpose(1, 2), H)
+    gW = seedwise_mm((g[..., None, None] * Z).reshape(S_, B * D, m).transpose(1, 2), H)
     if scale != 1.0:
         gW = gW * scale
     return loss, gW, gv, f, attn

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import io
-from .data import GroupSparseTask, draw_task
-from .model import embed, forward, init_params, logistic_loss, loss_and_grads_closed_form, token_width
+from . import fastpath, io
+from .data import GroupSparseTask, make_task
+from .model import embed, forward, init_params, logistic_loss, sine_positions, token_width
 from .seeding import torch_generator
 from .specs import RunSpec
 
@@ -67,10 +67,14 @@ def _effective_W(params, spec: RunSpec, layer: int) -> torch.Tensor:
     return params[f"layer{layer}.WK"].transpose(1, 2) @ params[f"layer{layer}.WQ"]
 
 
-def _attention_mass(attn: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-    """Mean over samples and queries of the mass that queries put on the relevant keys. (S,)"""
-    idx = relevant[:, None, :, None].expand(-1, attn.shape[1], -1, attn.shape[-1])
-    return attn.gather(2, idx).sum(2).mean(dim=(1, 2))
+def _attention_mass(mean_attn: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+    """Mean over samples and queries of the mass that queries put on the relevant keys. (S,)
+
+    From the attention averaged over samples, mean_attn (S, key, query): averaging commutes
+    with the sum over the relevant keys.
+    """
+    idx = relevant[:, :, None].expand(-1, -1, mean_attn.shape[-1])
+    return mean_attn.gather(1, idx).sum(1).mean(-1)
 
 
 class Trainer:
@@ -84,15 +88,18 @@ class Trainer:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("device: cuda was asked for, but torch sees no CUDA device")
         ts, ms = spec.task, spec.model
-        self.tasks = [draw_task(ts, *task_identity(spec, s)) for s in self.seeds]
+        self.tasks = [make_task(ts, *task_identity(spec, s)) for s in self.seeds]
         self.relevant = torch.stack([t.relevant for t in self.tasks]).to(self.device)
-        self.v_star = torch.stack([t.v_star for t in self.tasks]).to(self.device, self.dtype)
+        v_stars = [getattr(t, "v_star", None) for t in self.tasks]  # image tasks have no v*
+        self.v_star = None if any(v is None for v in v_stars) else torch.stack(v_stars).to(self.device, self.dtype)
         self.m = token_width(ms, ts.d, ts.D)
         init_gens = [torch_generator(*task_identity(spec, s), "init") for s in self.seeds]
         self.params = init_params(ms, len(self.seeds), self.m, init_gens, self.dtype, self.device)
         self.train_gens = [torch_generator(*task_identity(spec, s), "train") for s in self.seeds]
         eval_gens = [torch_generator(*task_identity(spec, s), "eval") for s in self.seeds]
-        Xe, ye = zip(*[t.sample(spec.pretrain.eval_size, g, antithetic=True, dtype=self.dtype, device=self.device)
+        # synthetic: antithetic evaluation set; images: no X -> -X symmetry, held-out test images
+        eval_kw = {"antithetic": False, "split": "test"} if ts.kind == "images" else {"antithetic": True}
+        Xe, ye = zip(*[t.sample(spec.pretrain.eval_size, g, **eval_kw, dtype=self.dtype, device=self.device)
                        for t, g in zip(self.tasks, eval_gens)])
         self.Z_eval, self.y_eval = embed(torch.stack(Xe), ms), torch.stack(ye)
         self.closed_form = spec.pretrain.gradient == "closed_form" or (
@@ -101,38 +108,98 @@ class Trainer:
             raise ValueError("pretrain.gradient: closed_form exists only for the paper model "
                              "(positions: concat, attention: merged, layers: 1); use auto or autograd")
         self.scale = 1.0 / math.sqrt(self.m) if ms.score_scale == "sqrt" else 1.0
+        self.antithetic = spec.pretrain.sampling == "antithetic"
+        self.positions = sine_positions(ts.D, self.dtype, self.device) if self.closed_form else None
+        self._mirror_checked = False
+        fastpath.keep_freed_memory()  # a step's temporaries would otherwise cost thousands of page faults
+        self.workers = fastpath.SeedWorkers(torch.get_num_threads(), len(self.seeds), self.device)
         self.resume_path = Path(resume_path) if resume_path else None
         self.resume_every = resume_every
 
     # -- one step -------------------------------------------------------------------
     def batch(self):
+        """This step's fresh samples of every seed: X (S, B, D, d) and labels y (S, B)."""
         p = self.spec.pretrain
-        Xs, ys = zip(*[t.sample(p.batch, g, antithetic=p.sampling == "antithetic", dtype=self.dtype,
-                                device=self.device) for t, g in zip(self.tasks, self.train_gens)])
-        return embed(torch.stack(Xs), self.spec.model), torch.stack(ys)
+        Xs, ys = zip(*self.workers.map(lambda s: self.tasks[s].sample(
+            p.batch, self.train_gens[s], antithetic=self.antithetic, dtype=self.dtype, device=self.device),
+            len(self.seeds)))
+        return torch.stack(Xs), torch.stack(ys)
 
-    def loss_and_grads(self, Z, y):
+    def loss_and_grads(self, X, y):
+        """Mean training loss per seed (S,) and the gradient of every parameter, from samples X, y."""
         if self.closed_form:
-            loss, gW, gv, _, _ = loss_and_grads_closed_form(self.params["layer0.W"], self.params["v"], Z, y,
-                                                           self.scale)
-            return loss, {"layer0.W": gW, "v": gv}
+            return self._loss_and_grads_fast(X, y)
         params = {k: t.detach().requires_grad_(True) for k, t in self.params.items()}
-        f, _ = forward(params, Z, self.spec.model)
+        f, _ = forward(params, embed(X, self.spec.model), self.spec.model)
         loss = logistic_loss(f, y)
         grads = torch.autograd.grad(loss.sum(), list(params.values()))  # seeds are independent
         return loss.detach(), dict(zip(params.keys(), grads))
 
+    def _loss_and_grads_fast(self, X, y):
+        """The paper model's exact gradients, seed by seed (see fastpath.py).
+
+        Antithetic batches are [X, -X] with labels [y, -y]; the kernel takes the first half and
+        folds the mirror into its algebra, so check once that the task really sampled that way.
+        """
+        half = X.shape[1] // 2 if self.antithetic else X.shape[1]
+        if self.antithetic and not self._mirror_checked:
+            if not (torch.equal(X[:, half:], -X[:, :half]) and torch.equal(y[:, half:], -y[:, :half])):
+                raise ValueError("pretrain.sampling: antithetic, but the task's batches are not [X, -X] "
+                                 "with labels [y, -y]; use sampling: iid for this task")
+            self._mirror_checked = True
+        W, v = self.params["layer0.W"], self.params["v"]
+        per_seed = self.workers.map(lambda s: fastpath.seed_loss_and_grads(
+            W[s], v[s], fastpath.batch_inner(X[s, :half]), y[s, :half], self.positions, self.scale, self.antithetic),
+            len(self.seeds))
+        loss, gW, gv = (torch.stack(t) for t in zip(*per_seed))
+        return loss, {"layer0.W": gW, "v": gv}
+
+    def descend(self, grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
+        """One gradient-descent step for the seeds still ``active`` (S,) bool; the others stay frozen."""
+        eta = self.spec.pretrain.eta
+        keep = active.to(self.device)
+        for k, g in grads.items():
+            # where, not a 0/1 multiply: eta * inf * 0 is NaN, which would unfreeze a diverged seed
+            mask = keep.view(-1, *([1] * (g.dim() - 1)))
+            self.params[k] = torch.where(mask, self.params[k] - eta * g, self.params[k])
+
     # -- recording ------------------------------------------------------------------
+    def eval_forward(self):
+        """Outputs f (S, N) and the attention averaged over samples (S, key, query) on the evaluation set.
+
+        The paper model goes through the fast path (same numbers as model.forward up to
+        rounding, a few times faster): the evaluation runs at ~100 recorded steps per run.
+        """
+        if not self.closed_form:
+            f, attn = forward(self.params, self.Z_eval, self.spec.model)
+            return f, attn.mean(1)
+        if getattr(self, "_eval_features", None) is None:
+            d, N = self.spec.task.d, self.Z_eval.shape[1]
+            X = self.Z_eval[..., :d]
+            mirrored = N % 2 == 0 and torch.equal(X[:, N // 2:], -X[:, :N // 2])
+            self._eval_mirrored = mirrored
+            self._eval_features = [fastpath.batch_inner(X[s, :N // 2] if mirrored else X[s]) for s in range(len(X))]
+        W, v = self.params["layer0.W"], self.params["v"]
+        def one(s):
+            f, attn = fastpath.seed_forward(W[s], v[s], self._eval_features[s], self.positions, self.scale,
+                                            self._eval_mirrored)
+            return f.reshape(-1), attn.mean(dim=(0, 3))                     # halves in sample order
+        fs, means = zip(*self.workers.map(one, len(self.seeds)))
+        return torch.stack(fs), torch.stack(means)
+
     @torch.no_grad()
     def metrics(self, step: int, train_loss: torch.Tensor, active: torch.Tensor) -> list[dict]:
-        f, attn = forward(self.params, self.Z_eval, self.spec.model)
+        f, mean_attn = self.eval_forward()
         eval_loss = logistic_loss(f, self.y_eval)
         acc = (torch.sign(f) == self.y_eval).to(torch.float64).mean(-1)
-        mass = _attention_mass(attn, self.relevant)
+        mass = _attention_mass(mean_attn, self.relevant)
         d = self.spec.task.d
         v = self.params["v"]
         v1, v2 = v[:, :d], v[:, d:]
-        cos = (v1 * self.v_star).sum(-1) / v1.norm(dim=-1).clamp_min(1e-30)
+        if self.v_star is None:
+            cos = torch.full((v1.shape[0],), float("nan"), dtype=v1.dtype, device=v1.device)
+        else:
+            cos = (v1 * self.v_star).sum(-1) / v1.norm(dim=-1).clamp_min(1e-30)
         W = _effective_W(self.params, self.spec, self.spec.model.layers - 1)
         concat = self.spec.model.positions == "concat"
         nan = torch.full_like(cos, float("nan"))
@@ -157,8 +224,8 @@ class Trainer:
 
     @torch.no_grad()
     def mean_attention(self, step: int, active: torch.Tensor) -> list[dict]:
-        _, attn = forward(self.params, self.Z_eval, self.spec.model)
-        mean = attn.mean(1).cpu().double()  # (S, D, D) [key, query]
+        _, mean = self.eval_forward()
+        mean = mean.cpu().double()  # (S, D, D) [key, query]
         D = mean.shape[-1]
         rows = []
         for i, seed in enumerate(self.seeds):
@@ -176,7 +243,9 @@ class Trainer:
             return
         tensors = {f"param.{k}": t for k, t in self.params.items()}
         tensors |= {f"gen.{i}": g.get_state() for i, g in enumerate(self.train_gens)}
+        # the checkpoint's JSON sorts keys: keep the rows' column order beside them
         meta = {"science_hash": self.spec.science_hash(), "seeds": self.seeds, "step": step, "rows": rows,
+                "row_columns": list(rows[0]) if rows else [],
                 "attention_rows": att_rows, "status": status, "diverged_step": diverged_step,
                 "last_finite_loss": last_finite}
         io.save_checkpoint(self.resume_path, tensors, meta)
@@ -209,13 +278,14 @@ class Trainer:
         state = self._load_resume()
         if state is not None:
             start, rows, att_rows = state["step"], state["rows"], state["attention_rows"]
+            rows = [{c: row[c] for c in state["row_columns"]} for row in rows]
             status, diverged_step, last_finite = state["status"], state["diverged_step"], state["last_finite_loss"]
         resumed_from = start
         for step in range(start, p.steps + 1):
             if self.resume_path and step > start and step % self.resume_every == 0 and step < p.steps:
                 self._save_resume(step, rows, att_rows, status, diverged_step, last_finite)
-            Z, y = self.batch()
-            loss, grads = self.loss_and_grads(Z, y)
+            X, y = self.batch()
+            loss, grads = self.loss_and_grads(X, y)
             finite = torch.isfinite(loss) & torch.stack(
                 [torch.isfinite(g).flatten(1).all(1) for g in grads.values()]).all(0)
             for i in range(n):
@@ -230,24 +300,26 @@ class Trainer:
                 att_rows += self.mean_attention(step, active)
             if step == p.steps or (p.on_diverge == "fail" and "diverged" in status):
                 break
-            keep = active.to(self.device, self.dtype)
-            for k, g in grads.items():
-                mask = keep.view(-1, *([1] * (g.dim() - 1)))
-                self.params[k] = self.params[k] - p.eta * torch.nan_to_num(g) * mask
+            self.descend(grads, active)
             if progress and step % 500 == 0:
                 progress(step, loss)
+        self.workers.close()
         if self.resume_path and self.resume_path.exists():
             self.resume_path.unlink()
         traj = pd.DataFrame(rows)
-        traj.insert(0, "task_name", self.spec.task_name)
+        traj.insert(0, "run", self.spec.run)
+        traj.insert(1, "task_name", self.spec.task_name)
         js = {s: t.j_star for s, t in zip(self.seeds, self.tasks)}
-        traj.insert(2, "j_star", traj["seed"].map(js).astype("int64"))
+        traj.insert(2, "d", self.spec.task.d)
+        traj.insert(3, "D", self.spec.task.D)
+        traj.insert(5, "j_star", traj["seed"].map(js).astype("int64"))
         st = dict(zip(self.seeds, status))
         traj["status"] = traj["seed"].map(st)
         traj["diverged_step"] = traj["seed"].map(dict(zip(self.seeds, diverged_step))).astype("int64")
         traj["last_finite_loss"] = traj["seed"].map(dict(zip(self.seeds, last_finite)))
         attn_df = pd.DataFrame(att_rows, columns=["seed", "step", "key", "query", "mass"])
-        attn_df.insert(0, "task_name", self.spec.task_name)
+        attn_df.insert(0, "run", self.spec.run)
+        attn_df.insert(1, "task_name", self.spec.task_name)
         attn_df["j_star"] = attn_df["seed"].map(js).astype("int64")
         return PretrainResult(self.params, self.tasks, traj, attn_df, status, diverged_step,
                               resumed_from_step=resumed_from, wall_seconds=time.perf_counter() - t0,
@@ -262,7 +334,8 @@ def checkpoint_payload(spec: RunSpec, res: PretrainResult, seeds: list[int]):
     """Tensors and metadata of a pretraining checkpoint (final parameters and tasks)."""
     tensors = {f"param.{k}": t for k, t in res.params.items()}
     tensors["task.relevant"] = torch.stack([t.relevant for t in res.tasks])
-    tensors["task.directions"] = torch.stack([t.directions for t in res.tasks])
+    if all(hasattr(t, "directions") for t in res.tasks):  # image tasks have none
+        tensors["task.directions"] = torch.stack([t.directions for t in res.tasks])
     meta = {"kind": "groupsparse.pretrain", "spec": spec.to_dict(), "science_hash": spec.science_hash(),
             "seeds": seeds, "status": res.status, "diverged_step": res.diverged_step}
     return tensors, meta

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported lazily so torch-free analysis code can seed numpy
+    import torch
 
 
 def stable_seed(*identity: object) -> int:
@@ -21,6 +24,8 @@ def stable_seed(*identity: object) -> int:
 
 
 def torch_generator(*identity: object, device: str | torch.device = "cpu") -> torch.Generator:
+    import torch
+
     gen = torch.Generator(device=device)
     gen.manual_seed(stable_seed(*identity))
     return gen

@@ -27,6 +27,14 @@ DTYPES = ("float32", "float64")
 DEVICES = ("cpu", "cuda")
 ON_DIVERGE = ("record", "fail")
 GRADIENTS = ("auto", "closed_form", "autograd")
+TASK_KINDS = ("synthetic", "images")
+REDUCTIONS = ("none", "pool", "pca")
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+# dataset -> (channels, height, width, class names); digits is scikit-learn's bundled 8x8 set
+IMAGE_DATASETS = {
+    "digits": (1, 8, 8, tuple(str(k) for k in range(10))),
+    "cifar10": (3, 32, 32, CIFAR10_CLASSES),
+}
 
 
 def _check(cond: bool, key: str, msg: str) -> None:
@@ -72,6 +80,7 @@ def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
 class TaskSpec:
     """A synthetic group-sparse task (STUDY.md section 1 and the section 6 variants)."""
 
+    kind: str = "synthetic"           # synthetic (this class) | images (ImageTaskSpec)
     d: int = 10
     D: int = 10
     sigma_x: float = 1.0
@@ -83,6 +92,7 @@ class TaskSpec:
     student_dof: float = 3.0          # degrees of freedom for "student_t"
 
     def validate(self, where: str = "task") -> None:
+        _choice(self.kind, ("synthetic",), f"{where}.kind")
         _check(self.d >= 1, f"{where}.d", f"must be >= 1, got {self.d}")
         _check(self.D >= 2, f"{where}.D", f"must be >= 2, got {self.D}")
         _check(self.sigma_x > 0, f"{where}.sigma_x", f"must be > 0, got {self.sigma_x}")
@@ -98,6 +108,94 @@ class TaskSpec:
                f"must make a positive-definite covariance, in (-1/(d-1), 1), got {self.feature_rho}")
         _check(self.student_dof > 2, f"{where}.student_dof",
                f"must be > 2 (finite variance), got {self.student_dof}")
+
+
+def pool_dims(dataset: str) -> dict[int, int]:
+    """Average-pooling factor k -> group width d = C (H/k) (W/k), for every k dividing H and W."""
+    C, H, W, _ = IMAGE_DATASETS[dataset]
+    return {k: C * (H // k) * (W // k) for k in range(1, min(H, W) + 1) if H % k == 0 and W % k == 0}
+
+
+@dataclass(frozen=True)
+class ImageTaskSpec:
+    """A real-image group-sparse task (STUDY.md section 5).
+
+    Each input has D slots; slot j* holds an image of one of the two ``classes`` (its class
+    is the label: classes[0] -> -1, classes[1] -> +1), every other slot an image of a class
+    drawn independently from the same two. Transfer uses ``transfer_classes`` at the same j*.
+    """
+
+    kind: str = "images"
+    dataset: str = "digits"           # digits (bundled with scikit-learn) | cifar10 (user-provided files)
+    path: str = ""                    # cifar10: the cifar-10-batches-py folder or its parent; never downloaded
+    classes: tuple = ("0", "1")       # pretraining pair (class names; digits accept integers)
+    transfer_classes: tuple = ("2", "3")
+    images_per_class: int | None = None  # images taken from each class before the split; None: all
+    D: int = 8                        # slots per input
+    d: int = 16                       # group width after reduction
+    j_star: int | None = None         # the labelled slot; None: drawn from the seed
+    reduce: str = "pool"              # none | pool (k x k average pooling) | pca (fitted on the train split)
+    test_fraction: float = 0.3        # share of each class's images held out for testing
+
+    def __post_init__(self) -> None:
+        for name in ("classes", "transfer_classes"):  # YAML lists and digit integers -> tuple of names
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                object.__setattr__(self, name, tuple(
+                    str(c) if isinstance(c, int) and not isinstance(c, bool) else c for c in value))
+
+    @property
+    def relevant_groups(self) -> int:
+        return 1
+
+    def validate(self, where: str = "task") -> None:
+        _choice(self.kind, ("images",), f"{where}.kind")
+        _check(self.dataset in IMAGE_DATASETS, f"{where}.dataset",
+               f"got {self.dataset!r}; allowed values: {', '.join(IMAGE_DATASETS)}")
+        names = IMAGE_DATASETS[self.dataset][3]
+        _check(isinstance(self.path, str), f"{where}.path", f"must be a string, got {self.path!r}")
+        if self.dataset == "cifar10":
+            _check(self.path != "", f"{where}.path",
+                   "cifar10 needs the folder holding the python batches (cifar-10-batches-py), downloaded "
+                   "by you from https://www.cs.toronto.edu/~kriz/cifar.html; the workflow never downloads")
+        else:
+            _check(self.path == "", f"{where}.path",
+                   f"{self.dataset} is bundled with scikit-learn and reads no files; leave path empty")
+        for key in ("classes", "transfer_classes"):
+            pair = getattr(self, key)
+            _check(isinstance(pair, tuple) and len(pair) == 2, f"{where}.{key}",
+                   f"must be a pair of class names, got {pair!r}")
+            for c in pair:
+                _check(c in names, f"{where}.{key}",
+                       f"{c!r} is not a {self.dataset} class; classes: {', '.join(names)}")
+            _check(pair[0] != pair[1], f"{where}.{key}", f"needs two different classes, got {list(pair)}")
+        _check(isinstance(self.D, int) and self.D >= 2, f"{where}.D", f"must be an integer >= 2, got {self.D!r}")
+        if self.j_star is not None:
+            _check(isinstance(self.j_star, int) and 0 <= self.j_star < self.D, f"{where}.j_star",
+                   f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}")
+        _check(0.0 < self.test_fraction < 1.0, f"{where}.test_fraction",
+               f"must be in (0, 1), got {self.test_fraction}")
+        if self.images_per_class is not None:
+            n = self.images_per_class
+            _check(isinstance(n, int) and not isinstance(n, bool) and n >= 2, f"{where}.images_per_class",
+                   f"must be an integer >= 2 or null (all images), got {n!r}")
+            n_test = round(self.test_fraction * n)
+            _check(1 <= n_test < n, f"{where}.test_fraction",
+                   f"leaves {n_test} of {n} images per class for testing; both splits need at least one")
+        _choice(self.reduce, REDUCTIONS, f"{where}.reduce")
+        C, H, W, _ = IMAGE_DATASETS[self.dataset]
+        full = C * H * W
+        _check(isinstance(self.d, int) and self.d >= 1, f"{where}.d", f"must be an integer >= 1, got {self.d!r}")
+        if self.reduce == "none":
+            _check(self.d == full, f"{where}.d",
+                   f"with reduce: none, d is the image size {C}x{H}x{W} = {full}, got {self.d}")
+        elif self.reduce == "pool":
+            dims = pool_dims(self.dataset)
+            _check(self.d in dims.values(), f"{where}.d",
+                   f"with reduce: pool on {self.dataset} ({C}x{H}x{W}), d must be one of "
+                   f"{', '.join(f'{v} (k={k})' for k, v in sorted(dims.items(), key=lambda kv: -kv[1]))}, got {self.d}")
+        else:
+            _check(self.d <= full, f"{where}.d", f"with reduce: pca, d must be <= {full} (the image size), got {self.d}")
 
 
 @dataclass(frozen=True)
@@ -159,17 +257,22 @@ class RunSpec:
     """Everything one pretraining job needs; its hash identifies the checkpoint."""
 
     study_seed: int
-    task_name: str
-    task: TaskSpec = field(default_factory=TaskSpec)
+    task_name: str                    # data identity: runs with the same task_name see the same data
+    task: TaskSpec | ImageTaskSpec = field(default_factory=TaskSpec)
     model: ModelSpec = field(default_factory=ModelSpec)
     pretrain: PretrainSpec = field(default_factory=PretrainSpec)
     dtype: str = "float32"
     device: str = "cpu"
+    run_name: str = ""                # the run (task, scaling point or ablation); defaults to task_name
+
+    @property
+    def run(self) -> str:
+        return self.run_name or self.task_name
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "RunSpec":
         raw = dict(raw)
-        allowed = {"study_seed", "task_name", "task", "model", "pretrain", "dtype", "device"}
+        allowed = {"study_seed", "task_name", "task", "model", "pretrain", "dtype", "device", "run_name"}
         unknown = sorted(set(raw) - allowed)
         _check(not unknown, unknown[0] if unknown else "", f"unknown key; allowed: {', '.join(sorted(allowed))}")
         _check(isinstance(raw.get("study_seed"), int), "study_seed", "must be an integer")
@@ -178,14 +281,18 @@ class RunSpec:
         spec = cls(
             study_seed=raw["study_seed"],
             task_name=raw["task_name"],
-            task=_take(TaskSpec, raw.get("task"), "task"),
+            task=_take(_task_class(raw.get("task")), raw.get("task"), "task"),
             model=_take(ModelSpec, raw.get("model"), "model"),
             pretrain=_take(PretrainSpec, raw.get("pretrain"), "pretrain"),
             dtype=raw.get("dtype", "float32"),
             device=raw.get("device", "cpu"),
+            run_name=raw.get("run_name", ""),
         )
         _choice(spec.dtype, DTYPES, "dtype")
         _choice(spec.device, DEVICES, "device")
+        _check(spec.task.kind != "images" or spec.pretrain.sampling == "iid", "pretrain.sampling",
+               "must be iid for image tasks (an antithetic pair X, -X with label -y needs a symmetric data law; "
+               "a negated image is not an image of the other class); set pretrain.sampling: iid")
         return spec
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,6 +303,13 @@ class RunSpec:
         d = self.to_dict()
         d.pop("device")
         return config_hash(d)
+
+
+def _task_class(raw: Any):
+    """TaskSpec or ImageTaskSpec, from ``task.kind`` (default synthetic)."""
+    kind = raw.get("kind", "synthetic") if isinstance(raw, dict) else "synthetic"
+    _choice(kind, TASK_KINDS, "task.kind")
+    return ImageTaskSpec if kind == "images" else TaskSpec
 
 
 def config_hash(obj: Any) -> str:

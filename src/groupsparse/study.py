@@ -123,9 +123,9 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
             TransferSpec = None
         if TransferSpec is not None:
             try:
-                TransferSpec.from_dict(run.transfer)
+                TransferSpec.from_dict(run.transfer)  # its messages already start with "transfer."
             except ConfigError as exc:
-                raise _prefixed(f"{where}.transfer", exc) from None
+                raise _prefixed(where, exc) from None
     return run
 
 

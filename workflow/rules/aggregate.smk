@@ -4,6 +4,7 @@ localrules:
     aggregate,
     figures,
     transfer_figure,
+    image_figures,
 
 
 rule aggregate:

@@ -89,6 +89,8 @@ def run_figure_names(run):
     names = list(FIGURES_PER_RUN)
     if RUNS[run].transfer is not None:
         names.append("transfer_accuracy")
+    if RUNS[run].spec["task"].get("kind") == "images":
+        names += ["image_attention", "image_examples"]
     return names
 
 

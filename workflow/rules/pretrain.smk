@@ -10,6 +10,7 @@ rule pretrain:
         spec=lambda w: RUNS[w.run].spec_json,
         # resumable state lives outside the declared outputs so a killed job continues
         resume=lambda w: f"results/pretrain/{w.run}/.seeds{w.chunk}.resume.safetensors",
+        resume_every=PRETRAIN_RESUME_EVERY,
     log:
         "results/logs/pretrain/{run}/seeds{chunk}.log",
     benchmark:
@@ -24,5 +25,5 @@ rule pretrain:
     shell:
         "groupsparse pretrain --spec {params.spec:q} --seeds {wildcards.chunk}"
         " --checkpoint {output.checkpoint} --trajectory {output.trajectory}"
-        " --attention {output.attention} --resume-state {params.resume}"
+        " --attention {output.attention} --resume-state {params.resume} --resume-every {params.resume_every}"
         " --threads {threads} > {log} 2>&1"

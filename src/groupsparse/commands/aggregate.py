@@ -41,16 +41,19 @@ def run(args) -> int:
     out = Path(args.outdir)
     traj = _concat(args.trajectories).sort_values(["run", "seed", "step"], kind="stable").reset_index(drop=True)
     att = _concat(args.attention).sort_values(["run", "seed", "step", "key", "query"], kind="stable").reset_index(drop=True)
-    io.write_parquet(traj, out / "pretrain_trajectories.parquet", prov)
-    io.write_parquet(att, out / "pretrain_attention.parquet", prov)
-    _write_both(aggregate.pretrain_summary(traj), out / "pretrain_summary", prov)
+    tables = {"pretrain_trajectories": traj, "pretrain_attention": att}
+    with_csv = {"pretrain_summary": aggregate.pretrain_summary(traj)}
     if args.transfer:
         tr = _concat(args.transfer)
         keys = [k for k in ("run", "task_name", "downstream", "seed", "method", "n") if k in tr]
-        tr = tr.sort_values(keys, kind="stable").reset_index(drop=True)
-        io.write_parquet(tr, out / "transfer.parquet", prov)
-        _write_both(aggregate.transfer_summary(tr), out / "summary", prov)
-        _write_both(aggregate.sample_complexity(tr), out / "sample_complexity", prov)
+        tables["transfer"] = tr = tr.sort_values(keys, kind="stable").reset_index(drop=True)
+        with_csv |= {"summary": aggregate.transfer_summary(tr), "sample_complexity": aggregate.sample_complexity(tr)}
+    # written only once every input is read and every summary computed: a corrupt input
+    # leaves the earlier tables as they were
+    for name, df in tables.items():
+        io.write_parquet(df, out / f"{name}.parquet", prov)
+    for name, df in with_csv.items():
+        _write_both(df, out / name, prov)
     if args.provenance_json:
         io.write_text_atomic(args.provenance_json, json.dumps(prov, indent=2, sort_keys=True, default=str))
     print(f"aggregated {len(args.trajectories)} pretraining and {len(args.transfer)} transfer tables into {out}")

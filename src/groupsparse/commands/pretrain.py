@@ -23,13 +23,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import io
-    from ..pretrain import Trainer, checkpoint_payload
     from ..specs import RunSpec
 
-    spec = RunSpec.from_dict(args.spec)
+    spec = RunSpec.from_dict(args.spec)  # before importing torch: a bad setting fails in a fraction of a second
     if args.device:
         spec = RunSpec.from_dict(spec.to_dict() | {"device": args.device})
+    from .. import io
+    from ..pretrain import Trainer, checkpoint_payload
+
     set_threads(args.threads)
     print(f"pretrain {spec.task_name}: seeds {args.seeds}, {spec.pretrain.steps} steps, "
           f"batch {spec.pretrain.batch}, eta {spec.pretrain.eta}, {spec.dtype} on {spec.device}, "

@@ -1,0 +1,466 @@
+#!/usr/bin/env python
+"""Performance benchmark of the groupsparse study (issue 8): one table, measured side by side.
+
+    python benchmarks/bench.py --threads 2             # full run (several minutes)
+    python benchmarks/bench.py --threads 1 --quick     # smoke run (about a minute)
+    python benchmarks/bench.py --orchestration results/ --wall-seconds 812 --cores 2
+
+Every number that is compared is measured in the same process, interleaved, and each
+timing is the best of ``--repeats`` blocks (the median is printed next to it), because the
+machines this runs on are shared and noisy. See benchmarks/README.md for what each row means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TARGETS = {"speedup": 4.0, "ceiling_fraction": 0.30, "overhead": 1.3, "peak_gib": 2.0, "study_minutes": 15.0}
+AGREE_TOL = {"eval_loss": 1e-3, "attention_on_relevant": 1e-3, "eval_accuracy": 2e-3, "cos_v1_vstar": 1e-3}
+
+
+# -- the table ------------------------------------------------------------------------------
+@dataclass
+class Table:
+    rows: list[list[str]] = field(default_factory=list)
+    header: tuple = ("section", "case", "value", "unit", "GFLOP/s", "% ceiling", "ratio", "note")
+
+    def add(self, section, case, value=None, unit="", gflops=None, ceiling=None, ratio=None, note=""):
+        def num(x, fmt):
+            return "-" if x is None else format(x, fmt)
+        pct = None if gflops is None or ceiling is None else 100 * gflops / ceiling
+        self.rows.append([section, case, num(value, ".4g") if not isinstance(value, str) else value, unit,
+                          num(gflops, ".1f"), num(pct, ".0f"), num(ratio, ".2f") if not isinstance(ratio, str)
+                          else ratio, note])
+        print("  " + " | ".join(self.rows[-1]), flush=True)
+
+    def markdown(self) -> str:
+        widths = [max(len(r[i]) for r in [list(self.header)] + self.rows) for i in range(len(self.header))]
+        line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+        return "\n".join([line(self.header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+                         + [line(r) for r in self.rows])
+
+
+def timed_blocks(fns: dict, repeats: int) -> dict[str, list[float]]:
+    """Run each callable once per repeat, interleaved; the seconds of every call, per name."""
+    out = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            out[name].append(time.perf_counter() - t0)
+    return out
+
+
+def best_median(ts: list[float]) -> tuple[float, float]:
+    return min(ts), statistics.median(ts)
+
+
+# -- 1. the machine's ceiling ---------------------------------------------------------------------
+def gemm_gflops(torch, dtype, n: int, repeats: int) -> float:
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    a @ b
+    ts = timed_blocks({"mm": lambda: a @ b}, repeats)["mm"]
+    return 2 * n ** 3 / min(ts) / 1e9
+
+
+# -- 3. the straightforward reference -------------------------------------------------------------
+def make_reference(torch, spec, seed: int, dtype):
+    """One seed trained the plain way: the paper's formula as an nn.Module, autograd, i.i.d. batches, SGD."""
+    from groupsparse.data import draw_task
+    from groupsparse.model import sine_positions
+    from groupsparse.pretrain import task_identity
+    from groupsparse.seeding import torch_generator
+
+    nn = torch.nn
+    d, D = spec.task.d, spec.task.D
+
+    class PaperTransformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W = nn.Parameter(torch.zeros(d + D, d + D, dtype=dtype))
+            self.v = nn.Parameter(torch.zeros(d + D, dtype=dtype))
+            self.register_buffer("P", sine_positions(D, dtype))
+
+        def forward(self, X):                                               # X (B, D, d), rows x_j
+            Z = torch.cat([X, self.P.expand(X.shape[0], D, D)], dim=2).transpose(1, 2)  # (B, m, D): columns z_j
+            S = torch.softmax(Z.transpose(1, 2) @ self.W @ Z, dim=1)      # (B, D, D): softmax over keys i
+            return ((self.v @ Z).unsqueeze(1) @ S).sum((1, 2))             # f = v^T Z S 1
+
+    task = draw_task(spec.task, *task_identity(spec, seed))
+    model = PaperTransformer()
+    opt = torch.optim.SGD(model.parameters(), lr=spec.pretrain.eta)
+    gen = torch_generator(*task_identity(spec, seed), "reference")
+    j, w = task.j_star, task.v_star.to(dtype)
+    B = spec.pretrain.batch
+
+    def step():
+        X = spec.task.sigma_x * torch.randn(B, D, d, generator=gen, dtype=dtype)
+        y = torch.sign(X[:, j] @ w)
+        loss = torch.nn.functional.softplus(-y * model(X)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+# -- 2./3. pretraining throughput -----------------------------------------------------------------
+def run_spec(dtype: str, steps: int = 3000, **pretrain):
+    from groupsparse.specs import RunSpec
+    return RunSpec.from_dict({"study_seed": 20250411, "task_name": "bench", "dtype": dtype,
+                              "pretrain": {"steps": steps, **pretrain}})
+
+
+def project_step_fn(torch, spec, seeds):
+    from groupsparse.pretrain import Trainer
+    trainer = Trainer(spec, seeds)
+    active = torch.ones(len(seeds), dtype=torch.bool)
+
+    def block(steps):
+        for _ in range(steps):
+            X, y = trainer.batch()
+            _, grads = trainer.loss_and_grads(X, y)
+            trainer.descend(grads, active)
+    return trainer, block
+
+
+def pretraining_section(torch, table, args, ceilings):
+    from groupsparse.fastpath import dense_flops
+    results = {}
+    for dtype in ("float32", "float64"):
+        for n_seeds in (1, 5):
+            spec = run_spec(dtype)
+            seeds = list(range(n_seeds))
+            _, project = project_step_fn(torch, spec, seeds)
+            refs = [make_reference(torch, spec, s, getattr(torch, dtype)) for s in seeds]
+
+            def reference(steps, refs=refs):
+                for ref in refs:  # one seed at a time
+                    for _ in range(steps):
+                        ref()
+            project(2)
+            reference(2)
+            ts = timed_blocks({"project": lambda: project(args.steps), "reference": lambda: reference(args.steps)},
+                              args.repeats)
+            B, D, d = spec.pretrain.batch, spec.task.D, spec.task.d
+            flops = n_seeds * dense_flops(B, D, d)
+            for who in ("project", "reference"):
+                best, med = best_median(ts[who])
+                per_step = best / args.steps
+                results[(who, dtype, n_seeds)] = per_step
+            ratio = results[("reference", dtype, n_seeds)] / results[("project", dtype, n_seeds)]
+            for who in ("project", "reference"):
+                per_step = results[(who, dtype, n_seeds)]
+                med = statistics.median(ts[who]) / args.steps
+                table.add("pretrain", f"{who}, {n_seeds} seed{'s' if n_seeds > 1 else ''}, {dtype}",
+                          n_seeds * B / per_step, "samples*steps/s", flops / per_step / 1e9, ceilings[dtype],
+                          ratio if who == "project" else 1.0,
+                          f"{per_step * 1e3:.2f} ms/step (median {med * 1e3:.2f})")
+    return results
+
+
+# -- kernel ablation --------------------------------------------------------------------------------
+def kernel_section(torch, table, args, allocator: str, ceilings):
+    """One step's gradients for 5 seeds in float32 on a fixed antithetic batch, by implementation."""
+    from groupsparse import fastpath
+    from groupsparse.data import draw_task, standard_normal
+    from groupsparse.fastpath import dense_flops
+    from groupsparse.model import embed, loss_and_grads_closed_form, sine_positions
+    from groupsparse.pretrain import task_identity
+    from groupsparse.seeding import torch_generator
+    from groupsparse.specs import ModelSpec
+
+    spec = run_spec("float32")
+    S, B, D, d = 5, spec.pretrain.batch, spec.task.D, spec.task.d
+    gens = [torch_generator(*task_identity(spec, s), "bench") for s in range(S)]
+    tasks = [draw_task(spec.task, *task_identity(spec, s)) for s in range(S)]
+    X, y = (torch.stack(t) for t in zip(*[t.sample(B, g) for t, g in zip(tasks, gens)]))
+    W = 0.1 * torch.randn(S, d + D, d + D, generator=gens[0])
+    v = 0.1 * torch.randn(S, d + D, generator=gens[0])
+    P = sine_positions(D, torch.float32)
+    Z = embed(X, ModelSpec())
+    H = B // 2
+    halves = [fastpath.batch_inner(X[s, :H]) for s in range(S)]
+    fulls = [fastpath.batch_inner(X[s]) for s in range(S)]
+
+    def fast(inputs, labels, anti):
+        return [fastpath.seed_loss_and_grads(W[s], v[s], inputs[s], labels[s], P, 1.0, anti) for s in range(S)]
+    fns = {
+        "dense closed form (model.py), seeds batched": lambda: loss_and_grads_closed_form(W, v, Z, y),
+        "fast kernel, mirror not folded": lambda: fast(fulls, y, False),
+        "fast kernel": lambda: fast(halves, y[:, :H], True),
+        "draw 5 batches: torch.randn float64": lambda: [torch.randn(H, D, d, generator=g, dtype=torch.float64)
+                                                         for g in gens],
+        "draw 5 batches: data.standard_normal": lambda: [standard_normal((H, D, d), g) for g in gens],
+        "draw 5 batches: torch.randn float32 (not used)": lambda: [
+            torch.randn(H, D, d, generator=g, dtype=torch.float32) for g in gens],
+    }
+    for fn in fns.values():
+        fn()
+    ts = timed_blocks(fns, max(args.repeats * 4, 8))
+    base = min(ts["dense closed form (model.py), seeds batched"])
+    randn = min(ts["draw 5 batches: torch.randn float64"])
+    flops = S * dense_flops(B, D, d)
+    for name, t in ts.items():
+        best, med = best_median(t)
+        draw = name.startswith("draw")
+        table.add("kernel", f"{name} [{allocator}]", best * 1e3, "ms", None if draw else flops / best / 1e9,
+                  ceilings and ceilings["float32"], ratio=(randn if draw else base) / best,
+                  note=f"median {med * 1e3:.2f} ms")
+
+
+# -- torch.compile ------------------------------------------------------------------------------------
+def compile_section(torch, table, args):
+    """The fast kernel under torch.compile, timed interleaved with the eager kernel in the same Trainer."""
+    from groupsparse import fastpath
+    spec = run_spec("float32")
+    eager_kernel = fastpath.seed_loss_and_grads
+    compiled = torch.compile(eager_kernel, dynamic=False, fullgraph=True)
+    trainer, block = project_step_fn(torch, spec, list(range(5)))
+    block(3)  # away from W = v = 0, where the W-gradient vanishes
+    X, y = trainer.batch()
+    want = trainer.loss_and_grads(X, y)
+    H = X.shape[1] // 2
+    W, v = trainer.params["layer0.W"], trainer.params["v"]
+    t0 = time.perf_counter()  # compile here, on the main thread (not inside the seed workers)
+    compiled(W[0], v[0], fastpath.batch_inner(X[0, :H]), y[0, :H], trainer.positions, trainer.scale, True)
+    compile_s = time.perf_counter() - t0
+
+    def use(kernel, steps):
+        fastpath.seed_loss_and_grads = kernel
+        try:
+            block(steps)
+        finally:
+            fastpath.seed_loss_and_grads = eager_kernel
+    try:
+        fastpath.seed_loss_and_grads = compiled
+        got = trainer.loss_and_grads(X, y)
+        one, _ = project_step_fn(torch, spec, [3])
+        one.params = {k: t[3:4].clone() for k, t in trainer.params.items()}
+        alone = one.loss_and_grads(X[3:4], y[3:4])
+    finally:
+        fastpath.seed_loss_and_grads = eager_kernel
+    dev = max(float(((got[1][k] - want[1][k]).abs().max() / want[1][k].abs().max())) for k in want[1])
+    same_bits = all(torch.equal(alone[1][k][0], got[1][k][3]) for k in got[1])
+    ts = timed_blocks({"eager": lambda: use(eager_kernel, args.steps), "compiled": lambda: use(compiled, args.steps)},
+                      args.repeats)
+    eager, comp = (min(ts[k]) / args.steps for k in ("eager", "compiled"))
+    table.add("compile", "project, 5 seeds, float32: eager kernel", eager * 1e3, "ms/step", ratio=1.0,
+              note="timed interleaved with the row below")
+    table.add("compile", "project, 5 seeds, float32: kernel under torch.compile", comp * 1e3, "ms/step",
+              ratio=eager / comp, note=f"compile {compile_s:.1f} s (inductor's disk cache may shorten it); "
+                                       f"max rel. gradient deviation from eager {dev:.1e}; "
+                                       f"seed alone == in batch: {same_bits}")
+
+
+# -- float32 against float64, and the whole run ---------------------------------------------------------
+def agreement_section(torch, table, args):
+    from groupsparse.pretrain import Trainer
+    res = {}
+    for dtype in ("float32", "float64"):
+        spec = run_spec(dtype, steps=args.agree_steps)
+        t0 = time.perf_counter()
+        res[dtype] = Trainer(spec, list(range(5))).run()
+        wall = time.perf_counter() - t0
+        table.add("run", f"Trainer.run, 5 seeds x {args.agree_steps} steps, {dtype}", wall, "s",
+                  note="whole run: steps, evaluation and recording")
+    a, b = (res[k].trajectory.set_index(["seed", "step"]) for k in ("float32", "float64"))
+    ok_all = True
+    for col, tol in AGREE_TOL.items():
+        diff = float((a[col] - b[col]).abs().max())
+        ok = diff <= tol
+        ok_all &= ok
+        table.add("agree", f"float32 - float64: max |{col}| over the trajectory", diff, "", ratio="PASS" if ok else
+                  "FAIL", note=f"tolerance {tol:g}")
+    final = b.groupby("seed").tail(1)
+    table.add("agree", "float64 final attention on j* (mean over seeds)",
+              float(final["attention_on_relevant"].mean()), "", note="context for the differences above")
+    return ok_all
+
+
+# -- 4. transfer ------------------------------------------------------------------------------------
+def transfer_section(torch, table, args):
+    try:
+        from groupsparse import io
+        from groupsparse.pretrain import Trainer, checkpoint_payload
+        from groupsparse.transfer import DEFAULT_SIZES, METHODS, TransferSpec
+        from groupsparse.transfer.runner import run_transfer
+    except ImportError as exc:
+        table.add("transfer", "not measurable", "-", note=f"import failed: {exc}")
+        return
+    spec = run_spec("float32", steps=args.transfer_pretrain_steps)
+    sizes = [8, 64] if args.quick else list(DEFAULT_SIZES)
+    tspec = TransferSpec.from_dict({"downstream": ["transfer"]} if args.quick else {})
+    with tempfile.TemporaryDirectory() as tmp:
+        res = Trainer(spec, list(range(5))).run()
+        ckpt = Path(tmp) / "pre.safetensors"
+        tensors, meta = checkpoint_payload(spec, res, list(range(5)))
+        io.save_checkpoint(ckpt, tensors, meta)
+        for method in METHODS:
+            try:
+                out = run_transfer(spec, tspec, ckpt, [method], sizes)
+            except Exception as exc:  # the transfer package is young: report, do not hide the other rows
+                table.add("transfer", method, "-", note=f"failed: {type(exc).__name__}: {exc}"[:120])
+                continue
+            fits = int((out.table["method"] == method).sum())
+            secs = out.seconds_per_method.get(method, out.wall_seconds)
+            extra = f"; numba compile {out.group_lasso_compile_seconds:.1f} s excluded" \
+                if method == "group_lasso" and out.group_lasso_compile_seconds else ""
+            table.add("transfer", method, fits / secs, "fits/s",
+                      note=f"{fits} fits (n in {sizes[0]}..{sizes[-1]}, {len(tspec.downstream)} downstream, "
+                           f"5 seeds) in {secs:.1f} s{extra}")
+
+
+# -- 5. orchestration ---------------------------------------------------------------------------------
+def orchestration(table, results: Path, wall: float, cores: int) -> bool:
+    files = sorted(results.glob("benchmarks/**/*.tsv"))
+    if not files:
+        raise SystemExit(f"--orchestration: no Snakemake benchmark files under {results}/benchmarks/ "
+                         "(run the workflow first; every rule writes benchmarks/<rule>/...tsv)")
+    jobs = []
+    for path in files:
+        with path.open() as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        if not rows or "s" not in rows[0]:
+            raise SystemExit(f"--orchestration: {path} is not a Snakemake benchmark file (no 's' column)")
+        # a rule run with benchmark repeats has several rows: its mean is the job's time
+        jobs.append((path, statistics.mean(float(r["s"]) for r in rows),
+                     max(_float(r.get("max_rss")) for r in rows), sum(_float(r.get("cpu_time")) for r in rows)))
+    total = sum(s for _, s, _, _ in jobs)
+    ideal = total / cores
+    overhead = wall / ideal
+    peak_path, _, peak_mb, _ = max(jobs, key=lambda j: j[2])
+    cpu = sum(c for *_, c in jobs)
+    ok = [overhead <= TARGETS["overhead"], peak_mb / 1024 <= TARGETS["peak_gib"],
+          wall / 60 <= TARGETS["study_minutes"]]
+    table.add("orchestration", f"{len(jobs)} jobs: sum of job seconds / {cores} cores", ideal, "s",
+              note=f"sum {total:.1f} s; CPU time sum / cores {cpu / cores:.1f} s")
+    table.add("orchestration", "wall time of the study", wall, "s", ratio="PASS" if ok[2] else "FAIL",
+              note=f"target <= {TARGETS['study_minutes']:g} min")
+    table.add("orchestration", "overhead: wall / (sum of job seconds / cores)", overhead, "x",
+              ratio="PASS" if ok[0] else "FAIL", note=f"target <= {TARGETS['overhead']:g}x")
+    table.add("orchestration", "peak memory of the largest job (max_rss)", peak_mb / 1024, "GiB",
+              ratio="PASS" if ok[1] else "FAIL",
+              note=f"{peak_path.relative_to(results)}; target <= {TARGETS['peak_gib']:g} GiB")
+    return all(ok)
+
+
+def _float(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return 0.0  # Snakemake writes NA where it could not measure
+
+
+# -- main -------------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads, as a study job would use (default 1)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: fewer steps, repeats and transfer sizes")
+    ap.add_argument("--steps", type=int, default=None, help="training steps per timed block (default 5; quick 2)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed blocks per case, best reported (default 12; quick 3)")
+    ap.add_argument("--agree-steps", type=int, default=None,
+                    help="steps of the float32/float64 runs (default 3000, the study's; quick 100)")
+    ap.add_argument("--transfer-pretrain-steps", type=int, default=300,
+                    help="pretraining steps of the checkpoint the transfer fits start from")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["kernel", "compile", "agree", "transfer"],
+                    help="sections to leave out")
+    ap.add_argument("--markdown", type=Path, default=None, help="also write the table as Markdown here")
+    ap.add_argument("--orchestration", type=Path, default=None, metavar="RESULTS",
+                    help="instead: judge a finished study from RESULTS/benchmarks/**/*.tsv and --wall-seconds")
+    ap.add_argument("--wall-seconds", type=float, default=None, help="wall time of that study run")
+    ap.add_argument("--cores", type=int, default=None, help="cores the study ran on (default: this machine's)")
+    args = ap.parse_args(argv)
+    table = Table()
+
+    if args.orchestration is not None:
+        import os
+        if args.wall_seconds is None or args.wall_seconds <= 0:
+            ap.error("--orchestration needs --wall-seconds N (the study's wall time, > 0)")
+        if not args.orchestration.is_dir():
+            ap.error(f"--orchestration: {args.orchestration} is not a directory")
+        ok = orchestration(table, args.orchestration, args.wall_seconds, args.cores or os.cpu_count() or 1)
+        return _finish(table, args)
+
+    # short blocks, many of them: on a shared machine the best block is the one nobody disturbed
+    args.steps = args.steps or (2 if args.quick else 5)
+    args.repeats = args.repeats or (3 if args.quick else 12)
+    args.agree_steps = args.agree_steps or (100 if args.quick else 3000)
+    for name in ("steps", "repeats", "agree_steps", "threads"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1")
+
+    import torch
+    from groupsparse.cli import set_threads
+    set_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {_cpu_name()}", flush=True)
+
+    # First, before anything large is allocated and freed (glibc then raises its mmap threshold
+    # by itself) and before any Trainer tunes the allocator: the kernels with glibc's defaults.
+    if "kernel" not in args.skip:
+        kernel_section(torch, table, args, "glibc default malloc", None)
+    n = 1024 if args.quick else 2048
+    ceilings = {dt: gemm_gflops(torch, getattr(torch, dt), n, args.repeats + 2) for dt in ("float32", "float64")}
+    for dt, g in ceilings.items():
+        table.add("ceiling", f"GEMM {dt}, {n}x{n} @ {n}x{n}", g, "GFLOP/s", g, g, note="torch.mm, best of repeats")
+
+    from groupsparse.fastpath import keep_freed_memory
+    tuned = keep_freed_memory()
+    if "kernel" not in args.skip:
+        kernel_section(torch, table, args, "freed memory kept" if tuned else "allocator unchanged (not glibc)",
+                       ceilings)
+
+    results = pretraining_section(torch, table, args, ceilings)
+    checks = []
+    ratio = results[("reference", "float32", 5)] / results[("project", "float32", 5)]
+    gflops = 5 * _dense(run_spec("float32")) / results[("project", "float32", 5)] / 1e9
+    checks.append(("project / reference, 5 seeds, float32", ratio, TARGETS["speedup"], "x"))
+    checks.append(("achieved / GEMM ceiling, 5 seeds, float32", gflops / ceilings["float32"],
+                   TARGETS["ceiling_fraction"], ""))
+    if "compile" not in args.skip:
+        compile_section(torch, table, args)
+    agree_ok = True
+    if "agree" not in args.skip:
+        agree_ok = agreement_section(torch, table, args)
+    if "transfer" not in args.skip:
+        transfer_section(torch, table, args)
+    for name, value, target, unit in checks:
+        table.add("target", name, value, unit, ratio="PASS" if value >= target else "FAIL", note=f"target >= {target:g}")
+    return _finish(table, args)
+
+
+def _dense(spec) -> int:
+    from groupsparse.fastpath import dense_flops
+    return dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "unknown CPU"
+
+
+def _finish(table: Table, args) -> int:
+    md = table.markdown()
+    print("\n" + md)
+    if args.markdown:
+        args.markdown.write_text(md + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Figures of the scaling fits and the ablations (PNG + PDF, matplotlib Agg).
+
+Every panel shows the per-seed data (open markers: censored, i.e. a lower bound), the level
+statistic the fit uses (filled), the fitted line with its bootstrap band, and says in its
+title which configuration it is about.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import io
+from .scaling import CONFIDENCE, Analysis, FitRecord
+
+FIGURES = ("convergence_time", "attention_concentration", "sample_complexity", "ablations")
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(fig, directory: Path, name: str) -> list[Path]:
+    paths = []
+    for fmt in ("png", "pdf"):
+        path = directory / f"{name}.{fmt}"
+        with io.atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight")
+        paths.append(path)
+    _plt().close(fig)
+    return paths
+
+
+def _empty(title: str, why: str):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    ax.axis("off")
+    ax.set_title(title)
+    ax.text(0.5, 0.5, f"no data: {why}", ha="center", va="center", wrap=True)
+    return fig
+
+
+def _grid(n: int, panel_height: float = 4.6):
+    plt = _plt()
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.4 * cols, panel_height * rows), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat[:n])
+
+
+def _band(rec: FitRecord, xs: np.ndarray):
+    f = rec.fit
+    if not f.boot_slope.size:
+        return None
+    # the same construction as the slope's interval: t quantile x bootstrap standard error
+    lines = f.boot_intercept[:, None] + f.boot_slope[:, None] * xs[None]
+    half = (f.high - f.slope) * lines.std(axis=0, ddof=1) / f.boot_slope.std(ddof=1)
+    centre = f.intercept + f.slope * xs
+    return np.vstack([centre - half, centre + half])
+
+
+def fit_panel(ax, rec: FitRecord, *, x_exp: bool, y_exp: bool, theory_slope: float | None = None,
+              x_label: str = "", y_label: str = "") -> None:
+    """Data, level statistics, fitted line, bootstrap band; axes in natural units on log scales."""
+    tx = np.exp if x_exp else (lambda v: v)
+    ty = np.exp if y_exp else (lambda v: v)
+    pts, f = rec.points, rec.fit
+    ok, cens = pts[~pts["censored"].astype(bool)], pts[pts["censored"].astype(bool)]
+    if len(ok):
+        ax.scatter(tx(ok["x"]), ty(ok["y"]), s=14, color="0.45", label="seeds" if (pts["seed"] >= 0).any()
+                   else "seed-mean curve", zorder=2)
+    if len(cens):
+        ax.scatter(tx(cens["x"]), ty(cens["y"]), s=30, marker="^", facecolors="none", edgecolors="C3",
+                   label="censored (lower bound)", zorder=3)
+    used = f.used
+    ax.scatter(tx(f.x[used]), ty(f.y[used]), s=40, color="C0", label="level statistic", zorder=4)
+    if np.isfinite(f.slope):
+        xs = np.linspace(f.x[used].min(), f.x[used].max(), 50)
+        ax.plot(tx(xs), ty(f.intercept + f.slope * xs), color="C0",
+                label=f"fit: slope {f.slope:.2f} [{f.low:.2f}, {f.high:.2f}]")
+        band = _band(rec, xs)
+        if band is not None:
+            ax.fill_between(tx(xs), ty(band[0]), ty(band[1]), color="C0", alpha=0.2,
+                            label=f"{CONFIDENCE:.0%} band")
+        if theory_slope is not None:
+            x0, y0 = xs.mean(), f.intercept + f.slope * xs.mean()
+            ax.plot(tx(xs), ty(y0 + theory_slope * (xs - x0)), "--", color="C2",
+                    label=f"theory: slope {theory_slope:g}")
+    if x_exp:
+        ax.set_xscale("log")
+        ticks = np.unique(np.exp(f.x))
+        ax.set_xticks(ticks, [f"{t:.3g}" for t in ticks])
+        ax.minorticks_off()
+    if y_exp:
+        ax.set_yscale("log")
+    ax.set_xlabel(x_label or rec.x_name)
+    ax.set_ylabel(y_label or rec.y_name)
+    blocker = f.blocker()
+    ax.set_title(_title(rec) + (f"\n(inconclusive: {blocker})" if blocker and rec.claim else ""), fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+
+
+def _title(rec: FitRecord) -> str:
+    g = {k: v for k, v in rec.group.items() if k not in ("quantity", "threshold", "at")}
+    cfg = ", ".join(f"{k}={v}" for k, v in g.items())
+    seeds = sorted(set(int(k) for k in rec.fit.seeds))
+    return f"{rec.label}; {cfg}\nlevels {'; '.join(rec.fit.names)}; seeds/level {seeds}"
+
+
+def convergence_figure(records: list[FitRecord]):
+    if not records:
+        return _empty("steps to threshold vs D", "no scaling runs (run names starting with the scale prefix)")
+    fig, axes = _grid(len(records))
+    for ax, rec in zip(axes, records):
+        fit_panel(ax, rec, x_exp=True, y_exp=True, theory_slope=3.0, x_label="D (groups)", y_label="steps T")
+    fig.suptitle("Convergence time against D (theory: T ~ D^3)")
+    return fig
+
+
+def concentration_figure(records: list[FitRecord]):
+    if not records:
+        return _empty("1 - attention mass vs D", "no scaling runs")
+    fig, axes = _grid(len(records))
+    for ax, rec in zip(axes, records):
+        fit_panel(ax, rec, x_exp=False, y_exp=True, x_label="D (groups)", y_label="1 - attention mass on j*")
+    fig.suptitle("Attention concentration against D (theory: 1 - mass <= exp(-Theta(D)))")
+    return fig
+
+
+def sample_complexity_figure(records: list[FitRecord]):
+    if not records:
+        return _empty("samples to target accuracy vs (d, D)", "no transfer results for scaling runs")
+    fig, axes = _grid(len(records))
+    for ax, rec in zip(axes, records):
+        fit_panel(ax, rec, x_exp=True, y_exp=True, theory_slope=1.0 if rec.prediction else None,
+                  x_label=rec.x_name.removeprefix("log(").removesuffix(")"), y_label="n* (samples)")
+    fig.suptitle("Samples to a target test accuracy (theory: d + D pretrained, d D logistic regression)")
+    return fig
+
+
+def ablations_figure(table: pd.DataFrame):
+    if table is None or not len(table):
+        return _empty("ablations", "no ablation runs")
+    table = table.assign(what=[m if not meth else f"{m} ({meth}, n={n})" for m, meth, n in
+                               zip(table["metric"], table["method"], table["n"])])
+    whats = list(dict.fromkeys(table["what"]))
+    fig, axes = _grid(len(whats), panel_height=1.2 + 0.3 * table["ablation"].nunique())
+    for ax, what in zip(axes, whats):
+        t = table[table["what"] == what].reset_index(drop=True)
+        y = np.arange(len(t))
+        err = np.vstack([t["mean"] - t["low"], t["high"] - t["mean"]]).clip(min=0)
+        ax.errorbar(t["mean"], y, xerr=err, fmt="o", color="C0", capsize=3)
+        base = t["baseline_mean"].dropna()
+        if len(base):
+            ax.axvline(base.iloc[0], color="C3", ls="--", lw=1, label="baseline")
+            ax.legend(fontsize=7)
+        ax.set_yticks(y, [f"{a} ({k} seeds)" for a, k in zip(t["ablation"], t["n_seeds"])], fontsize=7)
+        ax.set_title(f"{what}\nmean and {CONFIDENCE:.0%} interval over seeds", fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Ablations beside the baseline")
+    return fig
+
+
+def write_all(analysis: Analysis, directory) -> list[Path]:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    by = lambda name: [r for r in analysis.fits if r.analysis == name]
+    figures = {
+        "convergence_time": convergence_figure(by("convergence_time")),
+        "attention_concentration": concentration_figure(by("attention_concentration")),
+        "sample_complexity": sample_complexity_figure(by("sample_complexity")),
+        "ablations": ablations_figure(analysis.ablations),
+    }
+    return [p for name, fig in figures.items() for p in save(fig, directory, name)]

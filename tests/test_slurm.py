@@ -1,0 +1,258 @@
+"""The study on a real single-node Slurm, through snakemake's official executor plugin.
+
+tests/slurm_cluster.py starts munge, slurmctld and slurmd on loopback; the tiny config then runs
+once with ``--executor slurm --workflow-profile workflow/profiles/slurm`` and once locally, and the two
+must agree table for table: the executor must not change the science. Skips (with the reason)
+where Slurm cannot be started, unless the CI variable is set, where it fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pandas as pd
+import pytest
+
+from groupsparse.io import TIMING_COLUMNS, read_parquet
+
+from slurm_cluster import (  # noqa: F401  (slurm_cluster is the fixture)
+    SLURM_CONF, SlurmCluster, SlurmUnavailable, make_scratch, pid_alive, slurm_cluster,
+)
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = Path("configs") / "tiny.yaml"
+SLURM_PROFILE = Path("workflow") / "profiles" / "slurm"
+# On top of the shipped profile, for the test's one-node cluster (the command line beats profiles).
+TEST_OVERRIDES = (
+    "--slurm-status-command", "squeue",  # no slurmdbd, so no sacct; squeue sees jobs for MinJobAge=300 s
+    "--slurm-init-seconds-before-status-checks", "3",  # jobs last seconds: poll soon
+    "--max-status-checks-per-second", "10",
+    "--slurm-keep-successful-logs",  # the test reads every job's Slurm log
+    "--latency-wait", "5",  # one node, no shared file system lag
+    "--retries", "0",  # a failure must fail the test, not be retried
+)
+# Not copied into the snapshot both runs use: outputs, caches, version control.
+SNAPSHOT_IGNORE = shutil.ignore_patterns(".git", "results", ".snakemake", "__pycache__", "*.egg-info",
+                                         ".pytest_cache", "build", "dist", ".venv")
+# A lost job or a status loop that never ends must not hang CI: SIGINT (snakemake cancels its
+# Slurm jobs and exits), then SIGKILL 15 s later.
+RUN_LIMIT_S = 300
+
+
+@dataclass
+class Run:
+    workdir: Path
+    returncode: int
+    log: str
+    seconds: float
+
+
+@dataclass
+class Started:
+    workdir: Path
+    proc: subprocess.Popen
+    log: IO[str]
+    start: float
+    end: float | None = None
+
+
+def snapshot(dest: Path) -> Path:
+    """A copy of the repository for both runs: the same code and workflow even if the working
+    tree changes while they run (the jobs import the package from it via PYTHONPATH)."""
+    shutil.copytree(REPO, dest, ignore=SNAPSHOT_IGNORE, symlinks=True)
+    return dest
+
+
+def start_snakemake(repo: Path, workdir: Path, *args: str, limit_s: int = RUN_LIMIT_S) -> Started:
+    """Start the workflow of ``repo`` on its tiny config in ``workdir`` under a hard time limit."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "SBATCH_", "SNAKEMAKE_PROFILE"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "src"), env.get("PYTHONPATH")]))
+    cmd = ["timeout", "-s", "INT", "-k", "15", str(limit_s),
+           sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"),
+           "--directory", str(workdir), "--configfile", str(repo / TINY), *args]
+    log = open(workdir.with_name(workdir.name + ".log"), "w+")
+    # Its own session, so the outer guard below can kill the whole run and nothing else.
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    started = Started(workdir, proc, log, time.monotonic())
+
+    def note_end():
+        started.proc.wait()
+        started.end = time.monotonic()
+    threading.Thread(target=note_end, daemon=True).start()
+    return started
+
+
+def finish(started: Started, limit_s: int = RUN_LIMIT_S) -> Run:
+    try:
+        started.proc.wait(timeout=limit_s + 60)  # outer guard, in case `timeout` itself hangs
+    except subprocess.TimeoutExpired:
+        os.killpg(started.proc.pid, signal.SIGKILL)  # the session holds only this run's processes
+        started.proc.wait()
+    end = started.end or time.monotonic()
+    started.log.seek(0)
+    text = started.log.read()
+    started.log.close()
+    return Run(started.workdir, started.proc.returncode, text, end - started.start)
+
+
+def tail(run: Run, chars: int = 4000) -> str:
+    return f"exit {run.returncode} after {run.seconds:.0f} s; log tail:\n{run.log[-chars:]}"
+
+
+def is_timing(column: str) -> bool:
+    """A timing column, or a statistic of one (``mean_fit_seconds``): differs run to run."""
+    return column in TIMING_COLUMNS or column.endswith(tuple(f"_{c}" for c in TIMING_COLUMNS))
+
+
+def result_tables(workdir: Path) -> dict[str, pd.DataFrame]:
+    tables = {}
+    for path in sorted((workdir / "results" / "tables").glob("*.parquet")):
+        table = read_parquet(path)
+        tables[path.name] = table.drop(columns=[c for c in table.columns if is_timing(c)])
+    return tables
+
+
+@dataclass
+class SlurmStudy:
+    run: Run
+    jobs: dict[str, dict[str, str]]  # scontrol's record of every job, taken before the cluster stops
+    queue_left: str
+
+
+@pytest.fixture(scope="module")
+def runs(slurm_cluster, tmp_path_factory) -> tuple[SlurmStudy, Run]:
+    """The tiny study through Slurm and, at the same time (Slurm's side mostly waits), locally."""
+    repo = snapshot(tmp_path_factory.mktemp("snapshot") / "repo")
+    local_dir = tmp_path_factory.mktemp("local_run")
+    slurm_dir = tmp_path_factory.mktemp("slurm_run")
+    local = start_snakemake(repo, local_dir, "--cores", "2")
+    try:
+        slurm = finish(start_snakemake(repo, slurm_dir, "--executor", "slurm",
+                                       "--workflow-profile", str(repo / SLURM_PROFILE), *TEST_OVERRIDES))
+    finally:
+        local_run = finish(local)
+    unfinished = slurm_cluster.run(["squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING"], check=False)
+    study = SlurmStudy(slurm, slurm_cluster.job_table(), unfinished.stdout.strip())
+    print(f"\nslurm run: {len(study.jobs)} Slurm jobs, {slurm.seconds:.1f} s, exit {slurm.returncode}; "
+          f"local run: {local_run.seconds:.1f} s, exit {local_run.returncode}")
+    return study, local_run
+
+
+@pytest.fixture(scope="module")
+def slurm_study(runs) -> SlurmStudy:
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def local_run(runs) -> Run:
+    return runs[1]
+
+
+def test_cluster_stops_its_daemons_and_restores_the_config():
+    """Before the study's cluster starts: a cluster started and stopped leaves no daemon behind."""
+    before = SLURM_CONF.read_bytes() if SLURM_CONF.exists() else None
+    scratch = make_scratch()
+    cluster = SlurmCluster(scratch)
+    try:
+        with cluster:
+            pids = cluster.pids
+            assert all(pid_alive(p) for p in pids.values()), pids
+            assert cluster.node_state() == "idle"
+            probe = cluster.run(["srun", "-N1", "-t", "1", "true"], check=False, timeout=60)
+            assert probe.returncode == 0, probe.stderr
+    except SlurmUnavailable as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so Slurm must be available: {err}")
+        pytest.skip(f"Slurm unavailable: {err}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert set(pids) == {"munged", "slurmctld", "slurmd"}
+    assert not [n for n, p in pids.items() if pid_alive(p)], "daemons survived stop()"
+    after = SLURM_CONF.read_bytes() if SLURM_CONF.exists() else None
+    assert after == before, "/etc/slurm/slurm.conf was not restored"
+
+
+def test_slurm_run_ends_by_itself(slurm_study):
+    run = slurm_study.run
+    assert run.returncode == 0, tail(run)  # 124/137 would mean the time limit stopped it
+    assert "steps (100%) done" in run.log, tail(run)
+    assert slurm_study.queue_left == "", f"jobs still queued after the run:\n{slurm_study.queue_left}"
+
+
+def test_every_non_local_rule_ran_as_a_slurm_job(slurm_study, local_run):
+    run, jobs = slurm_study.run, slurm_study.jobs
+    assert run.returncode == 0, tail(run)
+    # Job ids are numbers for single jobs, uuids for job groups.
+    submitted = dict(re.findall(r"^Job (\S+) has been submitted with SLURM jobid (\d+)", run.log, re.M))
+    remote_rules = Counter(re.findall(r"^\s*rule (\w+):$", run.log, re.M))
+    local_rules = Counter(re.findall(r"^\s*localrule (\w+):$", run.log, re.M))
+
+    # The compute rules went to Slurm, over the same DAG as the local run.
+    assert {"pretrain", "transfer"} <= set(remote_rules), remote_rules
+    assert remote_rules + local_rules == Counter(re.findall(r"^\s*(?:local)?rule (\w+):$", local_run.log, re.M))
+
+    # Every submission is a job slurmctld ran to completion with exit 0 in this working directory.
+    assert submitted, "no job was submitted to Slurm"
+    assert set(jobs) == set(submitted.values()), "Slurm's jobs are not the ones snakemake submitted"
+    ran_inside = Counter()
+    for slurm_id in submitted.values():
+        job = jobs[slurm_id]
+        assert (job["JobState"], job["ExitCode"]) == ("COMPLETED", "0:0"), job
+        assert Path(job["WorkDir"]).resolve() == run.workdir.resolve(), job
+        assert job["Comment"].startswith("rule_"), job  # the plugin names the rule or group here
+        logs = list((run.workdir / ".snakemake" / "slurm_logs").glob(f"**/{slurm_id}.log"))
+        assert len(logs) == 1, f"no Slurm log for job {slurm_id}"
+        # Inside the allocation, the innermost snakemake (after srun) runs the job's rules itself.
+        ran_inside += Counter(re.findall(r"^\s*localrule (\w+):$", logs[0].read_text(), re.M))
+    # ...and every non-local rule execution of the run happened inside one of those jobs.
+    assert ran_inside == remote_rules, (ran_inside, remote_rules)
+
+
+def slurm_minutes(limit: str) -> int:
+    """Slurm's [days-]hours:minutes:seconds as whole minutes."""
+    days, _, clock = limit.rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return (int(days or 0) * 24 + h) * 60 + m + (s > 0)
+
+
+def test_slurm_jobs_got_the_resources_the_rules_declare(slurm_study):
+    """The rules' mem_mb and runtime (scaled with the config) reach sbatch as --mem and --time."""
+    run, jobs = slurm_study.run, slurm_study.jobs
+    assert run.returncode == 0, tail(run)
+    declared = {}  # snakemake job id -> the resources it printed for that job
+    for block in re.split(r"\n(?=\s*\[\w{3} \w{3} )", run.log):
+        jobid = re.search(r"^\s*jobid: (\d+)$", block, re.M)
+        resources = re.search(r"^\s*resources: (.*)$", block, re.M)
+        if jobid and resources:
+            declared[jobid.group(1)] = dict(re.findall(r"(\w+)=([^,]+)", resources.group(1)))
+    submitted = re.findall(r"^Job (\d+) has been submitted with SLURM jobid (\d+)", run.log, re.M)
+    assert submitted
+    for snakemake_id, slurm_id in submitted:
+        want, job = declared[snakemake_id], jobs[slurm_id]
+        assert job["MinMemoryNode"] == f"{want['mem_mb']}M", (want, job)
+        assert slurm_minutes(job["TimeLimit"]) == int(want["runtime"]), (want, job)
+
+
+def test_slurm_and_local_runs_give_the_same_tables(slurm_study, local_run):
+    assert local_run.returncode == 0, tail(local_run)
+    assert slurm_study.run.returncode == 0, tail(slurm_study.run)
+    local = result_tables(local_run.workdir)
+    remote = result_tables(slurm_study.run.workdir)
+    assert local, "the local run wrote no results/tables/*.parquet"
+    assert sorted(remote) == sorted(local)
+    for name, table in local.items():
+        pd.testing.assert_frame_equal(remote[name], table, check_exact=True, obj=name)

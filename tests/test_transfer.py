@@ -1,0 +1,285 @@
+"""Transfer comparison: tasks, methods, the hyperparameter rule, the table, the CLI's refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from groupsparse import io
+from groupsparse.cli import EXIT_CONFIG, EXIT_INPUT, main
+from groupsparse.pretrain import Trainer, checkpoint_payload
+from groupsparse.specs import ConfigError, RunSpec
+from groupsparse.transfer import METHODS, TransferSpec
+from groupsparse.transfer.methods import METHODS as REGISTRY
+from groupsparse.transfer.methods import encoder_layer
+from groupsparse.transfer.runner import COLUMNS, STATUSES, run_transfer
+from groupsparse.transfer.tasks import draw, make_downstream_tasks, pretrain_task, heldout_generator, train_generator
+
+RUN = {"study_seed": 3, "task_name": "tiny", "task": {"d": 4, "D": 4}, "pretrain": {"steps": 300, "batch": 256}}
+SEEDS = [0, 1, 2]
+# Smaller nets than the defaults keep this file fast; every other setting is the default.
+SMALL = {"test_size": 2000, "hyperparameters": {
+    "mlp": {"width": 32, "min_steps": 100},
+    "std_transformer": {"width": 16, "heads": 2, "ff_width": 32, "min_steps": 100}}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny pretrained checkpoint (d = D = 4, 300 steps: attention mass on j* about 0.9)."""
+    spec = RunSpec.from_dict(RUN)
+    res = Trainer(spec, SEEDS).run()
+    assert res.status == ["ok"] * len(SEEDS)
+    path = tmp_path_factory.mktemp("ck") / "tiny.safetensors"
+    io.save_checkpoint(path, *checkpoint_payload(spec, res, SEEDS))
+    return path
+
+
+def _run(checkpoint, methods, sizes, **transfer):
+    return run_transfer(RunSpec.from_dict(RUN), TransferSpec.from_dict(SMALL | transfer), checkpoint,
+                        methods, sizes).table
+
+
+def _comparable(df: pd.DataFrame) -> pd.DataFrame:
+    keys = ["downstream", "seed", "method", "n"]
+    return df.drop(columns=list(io.TIMING_COLUMNS), errors="ignore").sort_values(keys).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def moderate(checkpoint):
+    """Every method at a moderate n on both downstream tasks."""
+    return _run(checkpoint, list(METHODS), [256])
+
+
+# -- the table ---------------------------------------------------------------------------
+
+def test_table_schema_and_one_row_per_cell(moderate):
+    assert list(moderate.columns) == COLUMNS
+    assert len(moderate) == 2 * len(SEEDS) * len(METHODS)
+    assert not moderate.duplicated(["task_name", "downstream", "seed", "method", "n"]).any()
+    assert set(moderate["status"]) <= set(STATUSES)
+    assert (moderate[["d", "D"]] == 4).all().all()
+    for method, text in zip(moderate["method"], moderate["hyperparameters"]):
+        hp = json.loads(text)
+        assert hp["rule"] == "fixed"
+        if method == "group_lasso":  # the data-dependent penalty actually used is recorded
+            assert hp["alpha"] > 0 and 0 <= hp["groups_selected"] <= 4
+    assert ((moderate["test_accuracy"] >= 0) & (moderate["test_accuracy"] <= 1)).all()
+
+
+def test_every_method_beats_chance_on_the_transfer_task(moderate):
+    acc = moderate[moderate.downstream == "transfer"].groupby("method")["test_accuracy"].mean()
+    assert set(acc.index) == set(METHODS)
+    # 3 seeds x 2000 test samples: chance gives 0.5 +- 0.007 (1 sd)
+    assert (acc > 0.6).all(), acc.to_dict()
+
+
+def test_finetuned_pretrained_model_beats_the_same_model_from_scratch(checkpoint):
+    table = _run(checkpoint, ["pretrained_finetune", "scratch_transformer"], [512], downstream=["transfer"])
+    acc = table.groupby("method")["test_accuracy"].mean()
+    assert acc["pretrained_finetune"] > acc["scratch_transformer"] + 0.05, acc.to_dict()
+
+
+def test_a_fresh_read_out_on_the_pretrained_attention_learns_fast(checkpoint):
+    """v_start: zero drops the pretrained v (which points along the old v*); attention stays."""
+    table = _run(checkpoint, ["pretrained_frozen_W"], [64], downstream=["transfer"],
+                 hyperparameters={"pretrained_frozen_W": {"v_start": "zero"}})
+    assert table["test_accuracy"].mean() > 0.8
+    assert json.loads(table["hyperparameters"].iloc[0])["v_start"] == "zero"
+
+
+def test_frozen_attention_is_useless_when_j_star_moves(moderate):
+    """Negative control: attention pinned on the old j* sees only noise; the linear model does not care."""
+    acc = moderate.groupby(["downstream", "method"])["test_accuracy"].mean()
+    assert acc["transfer", "pretrained_frozen_W"] > 0.8
+    assert acc["negative_control", "pretrained_frozen_W"] < 0.6
+    assert acc["negative_control", "logreg"] > 0.8
+    moved = moderate[moderate.downstream == "negative_control"]
+    assert (moved["j_star"] != moved["pretrain_j_star"]).all()
+    same = moderate[moderate.downstream == "transfer"]
+    assert (same["j_star"] == same["pretrain_j_star"]).all()
+
+
+def test_logreg_row_matches_a_direct_scikit_learn_fit(moderate):
+    from sklearn.linear_model import LogisticRegression
+
+    spec, tspec = RunSpec.from_dict(RUN), TransferSpec.from_dict(SMALL)
+    seed, n = SEEDS[1], 256
+    task = make_downstream_tasks(spec, seed, tspec)["transfer"]
+    X, y = draw(task, n, train_generator(spec, seed, "transfer", n), "train")
+    Xt, yt = draw(task, tspec.test_size, heldout_generator(spec, seed, "transfer"), "test")
+    model = LogisticRegression(C=1.0, max_iter=1000).fit(X.reshape(n, -1).numpy(), y.numpy())
+    f = model.decision_function(Xt.reshape(len(yt), -1).numpy())
+    row = moderate[(moderate.downstream == "transfer") & (moderate.method == "logreg") & (moderate.seed == seed)]
+    assert row["test_accuracy"].item() == pytest.approx(float(np.mean(np.where(f > 0, 1.0, -1.0) == yt.numpy())), abs=1e-12)
+    assert row["test_loss"].item() == pytest.approx(float(np.mean(np.logaddexp(0, -yt.numpy() * f))), rel=1e-9)
+
+
+# -- identity of the data: reruns and split grids ----------------------------------------
+
+def test_same_seeds_identical_tables_and_a_split_grid_changes_nothing(checkpoint):
+    whole = _run(checkpoint, list(METHODS), [16, 32], downstream=["transfer"])
+    again = _run(checkpoint, list(METHODS), [16, 32], downstream=["transfer"])
+    pd.testing.assert_frame_equal(_comparable(whole), _comparable(again))
+    parts = [_run(checkpoint, list(METHODS[:4]), [32], downstream=["transfer"]),
+             _run(checkpoint, list(METHODS[4:]), [32], downstream=["transfer"]),
+             _run(checkpoint, list(reversed(METHODS)), [16], downstream=["transfer"])]
+    pd.testing.assert_frame_equal(_comparable(whole), _comparable(pd.concat(parts)))
+    assert (whole["status"] == "ok").all()
+
+
+def test_downstream_tasks_share_the_pattern_and_change_the_direction():
+    spec = RunSpec.from_dict(RUN)
+    for seed in SEEDS:
+        base = pretrain_task(spec, seed)
+        tasks = make_downstream_tasks(spec, seed, TransferSpec.from_dict({"angle_deg": 60.0}))
+        assert tasks["transfer"].j_star == base.j_star
+        assert float(tasks["transfer"].v_star @ base.v_star) == pytest.approx(0.5, abs=1e-12)
+        assert tasks["negative_control"].j_star not in base.relevant.tolist()
+        assert torch.equal(tasks["negative_control"].directions, tasks["transfer"].directions)
+        fresh = make_downstream_tasks(spec, seed, TransferSpec.from_dict({"sigma_x": 2.0}))["transfer"]
+        assert fresh.spec.sigma_x == 2.0
+        assert abs(float(fresh.v_star.norm()) - 1) < 1e-12
+        again = make_downstream_tasks(spec, seed, TransferSpec.from_dict({"sigma_x": 2.0}))["transfer"]
+        assert torch.equal(fresh.directions, again.directions)
+
+
+# -- the hyperparameter rule, divergence, the std transformer -----------------------------
+
+def test_cross_validation_picks_from_the_grid(checkpoint):
+    grid = {"logreg": {"C": [0.01, 100.0]}, "pretrained_frozen_W": {"eta": [0.01, 0.3]}}
+    table = _run(checkpoint, ["logreg", "pretrained_frozen_W"], [3, 48], selection="cv", cv_folds=2, grids=grid,
+                 downstream=["transfer"])
+    for _, row in table.iterrows():
+        hp = json.loads(row["hyperparameters"])
+        if row["n"] == 3:  # fewer than 2 samples per fold: the fixed defaults
+            assert hp["rule"].startswith("fixed")
+        else:
+            assert hp["rule"] == "cv (2 folds)" and 0 <= hp["cv_accuracy"] <= 1
+            name, values = next(iter(grid[row["method"]].items()))
+            assert hp[name] in values
+
+
+def test_a_seed_whose_pretraining_diverged_is_skipped_not_fatal(checkpoint, tmp_path):
+    tensors, meta = io.load_checkpoint(checkpoint)
+    meta["status"] = ["ok", "diverged", "ok"]
+    broken = tmp_path / "diverged.safetensors"
+    io.save_checkpoint(broken, tensors, meta)
+    table = _run(broken, ["pretrained_finetune", "logreg"], [16], downstream=["transfer"])
+    skipped = table[table.status == "skipped_pretrain_diverged"]
+    assert set(zip(skipped.seed, skipped.method)) == {(1, "pretrained_finetune")}
+    assert skipped[["test_accuracy", "test_loss", "train_accuracy"]].isna().all().all()
+    assert (table[table.status != "skipped_pretrain_diverged"]["status"] == "ok").all()
+    full = _run(checkpoint, ["pretrained_finetune"], [16], downstream=["transfer"])
+    kept = table[(table.method == "pretrained_finetune") & (table.seed != 1)]
+    # the other seeds' numbers do not depend on which seeds share their batch
+    assert np.allclose(kept["test_accuracy"].to_numpy(), full[full.seed != 1]["test_accuracy"].to_numpy())
+
+
+def test_fine_tuning_gradient_closed_form_equals_autograd():
+    from groupsparse.model import embed
+    from groupsparse.transfer.methods import _sgd_grads
+
+    spec = RunSpec.from_dict(RUN)
+    gen = torch.Generator().manual_seed(4)
+    params = {"layer0.W": torch.randn(2, 8, 8, generator=gen, dtype=torch.float64),
+              "v": torch.randn(2, 8, generator=gen, dtype=torch.float64)}
+    Z = embed(torch.randn(2, 1, 4, 4, generator=gen, dtype=torch.float64), spec.model)
+    y = torch.tensor([[1.0], [-1.0]], dtype=torch.float64)
+    closed = _sgd_grads(params, Z, y, spec.model, True, 1.0, ("layer0.W", "v"))
+    auto = _sgd_grads(params, Z, y, spec.model, False, 1.0, ("layer0.W", "v"))
+    for k in closed:
+        torch.testing.assert_close(closed[k], auto[k], rtol=1e-10, atol=1e-12)
+
+
+def test_a_model_variant_fine_tunes_through_autograd(tmp_path):
+    run = {"study_seed": 5, "task_name": "variant", "task": {"d": 3, "D": 3},
+           "model": {"layers": 2, "positions": "add"}, "pretrain": {"steps": 40, "batch": 128}}
+    spec = RunSpec.from_dict(run)
+    res = Trainer(spec, [0, 1]).run()
+    path = tmp_path / "variant.safetensors"
+    io.save_checkpoint(path, *checkpoint_payload(spec, res, [0, 1]))
+    table = run_transfer(spec, TransferSpec.from_dict({"test_size": 500, "downstream": ["transfer"]}), path,
+                         ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"], [32]).table
+    assert (table["status"] == "ok").all() and table["test_accuracy"].notna().all()
+
+
+def test_std_transformer_layer_is_torch_encoder_layer():
+    h, heads, ff, T = 8, 2, 16, 5
+    layer = torch.nn.TransformerEncoderLayer(h, heads, ff, dropout=0.0, activation="gelu", batch_first=True,
+                                             norm_first=True).double().eval()
+    x = torch.randn(3, T, h, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    sa = layer.self_attn
+    p = {"l.in.W": sa.in_proj_weight.T[None], "l.in.b": sa.in_proj_bias[None],
+         "l.out.W": sa.out_proj.weight.T[None], "l.out.b": sa.out_proj.bias[None],
+         "l.ff1.W": layer.linear1.weight.T[None], "l.ff1.b": layer.linear1.bias[None],
+         "l.ff2.W": layer.linear2.weight.T[None], "l.ff2.b": layer.linear2.bias[None],
+         "l.ln1.w": layer.norm1.weight[None], "l.ln1.b": layer.norm1.bias[None],
+         "l.ln2.w": layer.norm2.weight[None], "l.ln2.b": layer.norm2.bias[None]}
+    with torch.no_grad():
+        for t in p.values():
+            t.add_(0.1 * torch.randn(t.shape, generator=torch.Generator().manual_seed(2), dtype=t.dtype))
+        torch.testing.assert_close(encoder_layer(p, "l", x[None], heads)[0], layer(x), rtol=1e-10, atol=1e-10)
+
+
+def test_registry_matches_the_torch_free_method_list():
+    assert tuple(REGISTRY) == METHODS
+    code = "import sys; import groupsparse.transfer as t; t.TransferSpec.from_dict({}); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw, key", [
+    ({"max_n": 1}, "transfer.max_n"),
+    ({"foo": 1}, "transfer.foo"),
+    ({"downstream": ["other"]}, "transfer.downstream"),
+    ({"selection": "grid"}, "transfer.selection"),
+    ({"hyperparameters": {"mlp": {"lr": 0}}}, "transfer.hyperparameters.mlp.lr"),
+    ({"hyperparameters": {"logreg": {"alpha": 1.0}}}, "transfer.hyperparameters.logreg.alpha"),
+    ({"grids": {"nope": {"lr": [1.0]}}}, "transfer.grids.nope"),
+    ({"angle_deg": 270}, "transfer.angle_deg"),
+])
+def test_bad_settings_name_their_key(raw, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        TransferSpec.from_dict(raw)
+
+
+def _cli(checkpoint, out, run=RUN, methods="logreg", sizes="8,16", transfer=SMALL):
+    spec = json.dumps({"run": run, "transfer": transfer})
+    return main(["transfer", "--spec", spec, "--checkpoint", str(checkpoint), "--methods", methods,
+                 "--sizes", sizes, "--out", str(out), "--threads", "1"])
+
+
+def test_cli_writes_the_table_with_provenance(checkpoint, tmp_path):
+    out = tmp_path / "t.parquet"
+    assert _cli(checkpoint, out, transfer=SMALL | {"downstream": ["transfer"]}) == 0
+    table = io.read_parquet(out)
+    assert len(table) == 2 * len(SEEDS) and list(table.columns) == COLUMNS
+    prov = io.read_provenance(out)
+    assert prov["run_science_hash"] == RunSpec.from_dict(RUN).science_hash() and prov["sizes"] == [8, 16]
+
+
+@pytest.mark.parametrize("change, code, message", [
+    ({"methods": "logreg,ridge"}, EXIT_CONFIG, "unknown method 'ridge'"),
+    ({"sizes": "8,128", "transfer": SMALL | {"max_n": 64}}, EXIT_CONFIG, "n = 128 exceeds transfer.max_n = 64"),
+    ({"run": RUN | {"task": {"d": 5, "D": 4}}}, EXIT_INPUT, "task.d = 4, but the run spec has task.d = 5"),
+    ({"run": RUN | {"study_seed": 4}}, EXIT_INPUT, "j\\* = |science_hash"),
+    ({"run": RUN | {"pretrain": {"steps": 301, "batch": 256}}}, EXIT_INPUT, "science_hash"),
+])
+def test_cli_refuses_and_writes_nothing(checkpoint, tmp_path, capsys, change, code, message):
+    out = tmp_path / "t.parquet"
+    assert _cli(checkpoint, out, **change) == code
+    assert pytest.importorskip("re").search(message, capsys.readouterr().err)
+    assert not out.exists() and not list(tmp_path.iterdir())
