@@ -73,7 +73,7 @@ def gemm_gflops(torch, dtype, n: int, repeats: int) -> float:
 
 
 # -- 3. the straightforward reference -------------------------------------------------------------
-def make_reference(torch, spec, seed: int, dtype):
+def make_reference(torch, spec, seed: int, dtype, fresh_data: bool = True):
     """One seed trained the plain way: the paper's formula as an nn.Module, autograd, i.i.d. batches, SGD."""
     from groupsparse.data import draw_task
     from groupsparse.model import sine_positions
@@ -102,9 +102,14 @@ def make_reference(torch, spec, seed: int, dtype):
     j, w = task.j_star, task.v_star.to(dtype)
     B = spec.pretrain.batch
 
+    fixed = None
+
     def step():
-        X = spec.task.sigma_x * torch.randn(B, D, d, generator=gen, dtype=dtype)
-        y = torch.sign(X[:, j] @ w)
+        nonlocal fixed
+        if fresh_data or fixed is None:
+            X = spec.task.sigma_x * torch.randn(B, D, d, generator=gen, dtype=dtype)
+            fixed = X, torch.sign(X[:, j] @ w)
+        X, y = fixed
         loss = torch.nn.functional.softplus(-y * model(X)).mean()
         opt.zero_grad()
         loss.backward()
@@ -165,7 +170,39 @@ def pretraining_section(torch, table, args, ceilings):
                           n_seeds * B / per_step, "samples*steps/s", flops / per_step / 1e9, ceilings[dtype],
                           ratio if who == "project" else 1.0,
                           f"{per_step * 1e3:.2f} ms/step (median {med * 1e3:.2f})")
+    compute_only(torch, table, args, ceilings)
     return results
+
+
+def compute_only(torch, table, args, ceilings):
+    """The same comparison without the data draw: each side reuses one batch (5 seeds, float32)."""
+    from groupsparse.fastpath import dense_flops
+    spec = run_spec("float32")
+    seeds = list(range(5))
+    trainer, _ = project_step_fn(torch, spec, seeds)
+    X, y = trainer.batch()
+    active = torch.ones(len(seeds), dtype=torch.bool)
+
+    def project(steps):
+        for _ in range(steps):
+            trainer.descend(trainer.loss_and_grads(X, y)[1], active)
+    refs = [make_reference(torch, spec, s, torch.float32, fresh_data=False) for s in seeds]
+
+    def reference(steps):
+        for ref in refs:
+            for _ in range(steps):
+                ref()
+    project(2)
+    reference(2)
+    ts = timed_blocks({"project": lambda: project(args.steps), "reference": lambda: reference(args.steps)},
+                      args.repeats)
+    best = {k: min(v) / args.steps for k, v in ts.items()}
+    flops = len(seeds) * dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d)
+    for who in ("project", "reference"):
+        table.add("compute", f"{who}, 5 seeds, float32, one batch reused (no data draw)",
+                  len(seeds) * spec.pretrain.batch / best[who], "samples*steps/s", flops / best[who] / 1e9,
+                  ceilings["float32"], best["reference"] / best[who] if who == "project" else 1.0,
+                  f"{best[who] * 1e3:.2f} ms/step")
 
 
 # -- kernel ablation --------------------------------------------------------------------------------

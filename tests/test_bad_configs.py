@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -135,7 +136,9 @@ BAD_CONFIGS = {
     "sizes_repeated": (setp("transfer", "sizes", [8, 8, 128]), ["transfer.sizes", "strictly increasing"]),
     "sizes_above_max_n": (lambda c, tmp: c["transfer"].__setitem__("max_n", 64), ["transfer.sizes", "max_n = 64"]),
     "transfer_selection_unknown": (setp("transfer", "selection", "guess"),
-                                   ["tasks.base.transfer.selection: got 'guess'", "fixed, cv"]),
+                                   ["transfer.selection", "'guess'", "fixed, cv"]),
+    "hyperparameters_unknown_method": (setp("transfer", "hyperparameters", {"magic": {"lr": 0.1}}),
+                                       ["transfer.hyperparameters.magic", "unknown method", "pretrained_finetune"]),
     "cifar_path_empty": (lambda c, tmp: images_task(c), ["tasks.base.task.path", "cifar-10-batches-py"]),
     "cifar_path_missing": (lambda c, tmp: images_task(c, path=str(tmp / "no_such_folder")),
                            ["tasks.base.task.path", "no_such_folder", "is not a folder", "cifar-10-batches-py"]),
@@ -191,6 +194,7 @@ def test_bad_config_fails_before_any_job_and_names_the_key(case, bad_runs, earli
     first = next((line for line in out.splitlines() if "invalid configuration" in line or "cannot run" in line), "")
     for needle in BAD_CONFIGS[case][1]:
         assert needle in first, f"{needle!r} not in the error line {first!r}\n{out[-2000:]}"
+    assert not re.search(r"\b(\w+)\.\1\.", first), f"a key path with a doubled part: {first!r}"
     for marker in JOB_MARKERS:
         assert marker not in out, f"{marker!r}: a job started or the error was a traceback\n{out[-2000:]}"
 

@@ -102,7 +102,8 @@ def _box_muller_blocks(u: torch.Tensor) -> None:
 def _draw_features(spec: TaskSpec, m: int, gen: torch.Generator) -> torch.Tensor:
     shape = (m, spec.D, spec.d)
     if spec.features == "gaussian":
-        return spec.sigma_x * standard_normal(shape, gen)
+        X = standard_normal(shape, gen)
+        return X if spec.sigma_x == 1 else X.mul_(spec.sigma_x)  # in place: no extra pass when sigma = 1
     if spec.features == "correlated":
         # Equicorrelated coordinates within a group: Cov = sigma^2 ((1-rho) I + rho 11^T).
         rho = spec.feature_rho

@@ -133,8 +133,8 @@ def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
             line, = ax.plot(g["n"], g["mean_test_accuracy"], marker="o", ms=3, label=METHOD_LABELS.get(method, method))
             ax.fill_between(g["n"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15)
             bad = g[g["n_seeds_not_ok"] > 0]
-            if len(bad):
-                ax.plot(bad["n"], bad["mean_test_accuracy"], "x", color="tab:red", ms=7)
+            if len(bad):  # where no seed is ok the mean is NaN: mark the n on the chance line
+                ax.plot(bad["n"], bad["mean_test_accuracy"].fillna(0.5), "x", color="tab:red", ms=7)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training samples n (log scale)")
         ax.set_ylabel("test accuracy (mean, 95% bootstrap band over seeds)")

@@ -39,7 +39,7 @@ wildcard_constraints:
     group="[A-Za-z][A-Za-z0-9_]*",
 
 JOBS = config.get("jobs", {})
-PRETRAIN_THREADS = JOBS.get("pretrain_threads", 2)
+PRETRAIN_THREADS = JOBS.get("pretrain_threads", 1)
 TRANSFER_THREADS = JOBS.get("transfer_threads", 1)
 # steps between a pretraining job's saved resume states (the numbers do not depend on it)
 PRETRAIN_RESUME_EVERY = JOBS.get("pretrain_resume_every", 500)

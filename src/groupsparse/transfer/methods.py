@@ -202,7 +202,7 @@ def fit_group_lasso(ctx, X, y, evals, hp, gens, start=None) -> FitOutput:
     return _per_seed(fit_one, X, y, evals)
 
 
-def warm_up_group_lasso(solvers: tuple[str, ...] = ("GroupBCD",)) -> None:
+def warm_up_group_lasso(solvers: tuple[str, ...] = ("GroupProxNewton",)) -> None:
     """Compile skglm's numba kernels on a small problem so that fit times exclude compilation."""
     gen = torch.Generator().manual_seed(0)
     X = torch.randn(1, 32, 4, 3, generator=gen, dtype=torch.float64)

@@ -42,7 +42,7 @@ DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     "logreg": {"C": 1.0, "max_iter": 1000},
     # alpha = alpha_scale * universal threshold sigma (sqrt(d) + sqrt(2 log D)) / (2 sqrt(n)):
     # the size of the largest pure-noise group gradient at w = 0 (methods.py explains)
-    "group_lasso": {"alpha_scale": 1.0, "solver": "GroupBCD", "tol": 1e-6, "max_iter": 1000},
+    "group_lasso": {"alpha_scale": 1.0, "solver": "GroupProxNewton", "tol": 1e-6, "max_iter": 1000},
     "mlp": {"width": 128, "depth": 2, **_NET},
     "std_transformer": {"width": 32, "heads": 4, "layers": 2, "ff_width": 64, "positions": "learned", **_NET},
 }
