@@ -39,6 +39,10 @@ def run(args) -> int:
         raise io.InputError(f"{args.checkpoint}: science_hash {meta.get('science_hash')} does not match the spec's "
                             f"{spec.science_hash()}: it was pretrained with another configuration")
     att = io.read_parquet(args.attention)
+    if "run" in att:  # the aggregated table holds every run
+        att = att[att["run"] == spec.run]
+    if att.empty:
+        raise io.InputError(f"{args.attention}: no attention rows for run {spec.run!r}")
     paths = attention_figure(att, title, outdir)
     paths += examples_figure(spec, tensors, meta, title, outdir, args.examples, args.seed)
     if args.transfer:
