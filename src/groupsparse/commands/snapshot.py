@@ -33,7 +33,7 @@ def _fmt(x, digits=3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     if isinstance(x, float) and math.isinf(x):
-        return "> grid"
+        return "inf" if x > 0 else "-inf"
     if isinstance(x, float):
         return f"{x:.{digits}f}"
     return str(x)
@@ -82,7 +82,8 @@ def transfer_section(tables: Path, run: str) -> str:
         rows = []
         for method, g in sc.groupby("method", sort=False):
             g = g.set_index("target_accuracy")
-            cell = lambda t: (f"{_fmt(g.loc[t, 'n_needed'], 0)} [{_fmt(g.loc[t, 'ci_low'], 0)}, {_fmt(g.loc[t, 'ci_high'], 0)}]"
+            n_fmt = lambda x: "> grid" if isinstance(x, float) and math.isinf(x) else _fmt(x, 0)
+            cell = lambda t: (f"{n_fmt(g.loc[t, 'n_needed'])} [{n_fmt(g.loc[t, 'ci_low'])}, {n_fmt(g.loc[t, 'ci_high'])}]"
                               if t in g.index else "–")
             rows.append([method, cell(0.9), cell(0.95)])
         out.append(f"*{run}: samples needed for 90% and 95% test accuracy (interpolated in log n; "
