@@ -6,7 +6,7 @@
 # `--configfile configs/tiny.yaml` then means that study alone, not a merge with this one.
 if not workflow.overwrite_configfiles:
 
-    configfile: "config.yaml"
+    configfile: f"{workflow.basedir}/config.yaml"
 
 
 report: "workflow/report/workflow.rst"
