@@ -53,7 +53,7 @@ def pretrain_section(tables: Path) -> str:
     for _, r in ps.iterrows():
         rows.append([r["run"], f"{r['d']}", f"{r['D']}", f"{r['n_seeds_ok']}/{r['n_seeds_ok'] + r['n_seeds_diverged']}",
                      f"{r['attention_on_relevant_mean']:.3f} [{r['attention_on_relevant_ci_low']:.3f}, {r['attention_on_relevant_ci_high']:.3f}]",
-                     f"{r['cos_v1_vstar_mean']:.4f}", f"{r['v2_norm_mean']:.3g}", f"{r['eval_loss_mean']:.4f}",
+                     _fmt(float(r['cos_v1_vstar_mean']), 4), _fmt(float(r['v2_norm_mean']), 3), f"{r['eval_loss_mean']:.4f}",
                      f"{r['eval_accuracy_mean']:.3f}", f"{r['wall_seconds']:.0f}"])
     return _table(["run", "d", "D", "seeds ok", "attention on j* [95% CI]", "cos(v1, v*)", "abs(v2)", "eval loss",
                    "eval accuracy", "job wall s"], rows)
