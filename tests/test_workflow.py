@@ -114,3 +114,14 @@ def test_tiny_study_end_to_end(tmp_path):
     out = subprocess.run(["groupsparse", "summary", str(tables / "summary.parquet"), "--where", "n=128"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "mean_test_accuracy" in out.stdout
+    # the snapshot writes the results section between its markers, twice to the same text
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- RESULTS:BEGIN -->\nold\n<!-- RESULTS:END -->\ntail\n")
+    snap = ["groupsparse", "snapshot", "--results", str(tmp_path / "results"), "--docs", str(tmp_path / "docs"),
+            "--readme", str(readme), "--wall-seconds", "60"]
+    assert subprocess.run(snap, capture_output=True, text=True, timeout=120).returncode == 0
+    first = readme.read_text()
+    assert "old" not in first and first.endswith("tail\n") and "| pretrained_finetune |" in first
+    assert (tmp_path / "docs" / "base_transfer_accuracy.png").is_file()
+    subprocess.run(snap, capture_output=True, text=True, timeout=120, check=True)
+    assert readme.read_text() == first
