@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import math
 import statistics
 import sys
@@ -148,10 +149,7 @@ def pretraining_section(torch, table, args, ceilings):
             _, project = project_step_fn(torch, spec, seeds)
             refs = [make_reference(torch, spec, s, getattr(torch, dtype)) for s in seeds]
 
-            def reference(steps, refs=refs):
-                for ref in refs:  # one seed at a time
-                    for _ in range(steps):
-                        ref()
+            reference = functools.partial(run_one_seed_at_a_time, refs)
             project(2)
             reference(2)
             ts = timed_blocks({"project": lambda: project(args.steps), "reference": lambda: reference(args.steps)},
@@ -159,9 +157,7 @@ def pretraining_section(torch, table, args, ceilings):
             B, D, d = spec.pretrain.batch, spec.task.D, spec.task.d
             flops = n_seeds * dense_flops(B, D, d)
             for who in ("project", "reference"):
-                best, med = best_median(ts[who])
-                per_step = best / args.steps
-                results[(who, dtype, n_seeds)] = per_step
+                results[(who, dtype, n_seeds)] = min(ts[who]) / args.steps
             ratio = results[("reference", dtype, n_seeds)] / results[("project", dtype, n_seeds)]
             for who in ("project", "reference"):
                 per_step = results[(who, dtype, n_seeds)]
@@ -172,6 +168,13 @@ def pretraining_section(torch, table, args, ceilings):
                           f"{per_step * 1e3:.2f} ms/step (median {med * 1e3:.2f})")
     compute_only(torch, table, args, ceilings)
     return results
+
+
+def run_one_seed_at_a_time(refs, steps):
+    """The reference's way of training several seeds: one after the other."""
+    for ref in refs:
+        for _ in range(steps):
+            ref()
 
 
 def compute_only(torch, table, args, ceilings):
@@ -187,11 +190,7 @@ def compute_only(torch, table, args, ceilings):
         for _ in range(steps):
             trainer.descend(trainer.loss_and_grads(X, y)[1], active)
     refs = [make_reference(torch, spec, s, torch.float32, fresh_data=False) for s in seeds]
-
-    def reference(steps):
-        for ref in refs:
-            for _ in range(steps):
-                ref()
+    reference = functools.partial(run_one_seed_at_a_time, refs)
     project(2)
     reference(2)
     ts = timed_blocks({"project": lambda: project(args.steps), "reference": lambda: reference(args.steps)},

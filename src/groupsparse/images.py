@@ -37,12 +37,10 @@ import numpy as np
 import torch
 
 from .io import InputError
+from .preflight import CIFAR_BATCHES, CIFAR_FOLDER, cifar_folder, cifar_folder_problem  # noqa: F401 (re-exported)
 from .seeding import numpy_generator, torch_generator
 from .specs import IMAGE_DATASETS, ConfigError, ImageTaskSpec, pool_dims
 
-CIFAR_FOLDER = "cifar-10-batches-py"
-CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
-CIFAR_FILES = ("batches.meta",) + CIFAR_BATCHES
 CIFAR_PIXELS = 3 * 32 * 32
 SPLITS = ("train", "test")
 
@@ -103,17 +101,12 @@ def _plain_keys(obj: Any, path: Path) -> dict[str, Any]:
 
 
 def resolve_cifar_folder(path: str | Path) -> Path:
-    """The cifar-10-batches-py folder at ``path`` (or inside it), checked to be complete."""
-    folder = Path(path).expanduser()
-    if (folder / CIFAR_FOLDER).is_dir():
-        folder = folder / CIFAR_FOLDER
-    if not folder.is_dir():
-        raise InputError(f"task.path: {folder} is not a folder; point it at the extracted {CIFAR_FOLDER} "
-                         "folder (download cifar-10-python.tar.gz yourself; the workflow never downloads)")
-    missing = [name for name in CIFAR_FILES if not (folder / name).is_file()]
-    if missing:
-        raise InputError(f"task.path: {folder} is an incomplete {CIFAR_FOLDER} folder, missing {', '.join(missing)}")
-    return folder
+    """The cifar-10-batches-py folder at ``path`` (or inside it), checked to be complete
+    by the same check the workflow runs at parse time."""
+    problem = cifar_folder_problem(str(path), "task.path")
+    if problem:
+        raise InputError(problem)
+    return cifar_folder(path)
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:

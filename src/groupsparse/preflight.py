@@ -11,9 +11,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-# the files of an extracted cifar-10-python.tar.gz (images.resolve_cifar_folder reads the same)
+# the files of an extracted cifar-10-python.tar.gz (images.py reads them; kept here, torch-free,
+# so the same check runs at parse time and before loading)
 CIFAR_FOLDER = "cifar-10-batches-py"
-CIFAR_FILES = ("batches.meta",) + tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+CIFAR_FILES = ("batches.meta",) + CIFAR_BATCHES
 
 
 def _key(path) -> str:
@@ -67,11 +69,15 @@ def schema_problem(config: dict[str, Any], schema: dict[str, Any]) -> str | None
     return f"{_key(where)}: got {error.instance!r}; allowed: {_allowed(sub)}"
 
 
+def cifar_folder(path: str | os.PathLike) -> Path:
+    """``path`` itself, or the cifar-10-batches-py folder inside it."""
+    folder = Path(path).expanduser()
+    return folder / CIFAR_FOLDER if (folder / CIFAR_FOLDER).is_dir() else folder
+
+
 def cifar_folder_problem(path: str, where: str) -> str | None:
     """None if ``path`` is (or holds) a complete cifar-10-batches-py folder, else why not."""
-    folder = Path(path).expanduser()
-    if (folder / CIFAR_FOLDER).is_dir():
-        folder = folder / CIFAR_FOLDER
+    folder = cifar_folder(path)
     if not folder.is_dir():
         return (f"{where}: {path!r} is not a folder (resolved from {Path.cwd()}); allowed: the extracted "
                 f"{CIFAR_FOLDER} folder or its parent (download cifar-10-python.tar.gz yourself; "

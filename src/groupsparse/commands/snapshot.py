@@ -45,10 +45,20 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+SUMMARISED_ELSEWHERE = ("scale_", "ablation_")  # scaling points and ablations: in the claims table
+
+
+def task_runs(tables: Path) -> list[str]:
+    """The study's named tasks (not scaling points or ablations), in table order."""
+    from .. import io
+    runs = io.read_parquet(tables / "pretrain_summary.parquet")["run"]
+    return [r for r in runs if not r.startswith(SUMMARISED_ELSEWHERE)]
+
+
 def pretrain_section(tables: Path) -> str:
     from .. import io
     ps = io.read_parquet(tables / "pretrain_summary.parquet")
-    ps = ps[~ps["run"].str.startswith(("scale_", "ablation_"))]
+    ps = ps[~ps["run"].str.startswith(SUMMARISED_ELSEWHERE)]
     rows = []
     for _, r in ps.iterrows():
         rows.append([r["run"], f"{r['d']}", f"{r['D']}", f"{r['n_seeds_ok']}/{r['n_seeds_ok'] + r['n_seeds_diverged']}",
@@ -138,7 +148,7 @@ def run(args) -> int:
              "**Run time.** " + overhead_section(results, args.wall_seconds, args.cores), "",
              "### Pretraining (final step, mean over seeds)", "", pretrain_section(tables), ""]
     if (tables / "summary.parquet").exists():
-        for run_name in ("base", "digits"):
+        for run_name in task_runs(tables):
             section = transfer_section(tables, run_name)
             if section:
                 parts += [f"### Transfer: {run_name}", "", section, ""]
