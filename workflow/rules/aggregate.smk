@@ -25,7 +25,7 @@ rule aggregate:
         transfer_tables=transfer_table_outputs(),
     params:
         study=STUDY_JSON,
-        transfer=lambda w, input: ("--transfer " + " ".join(input.transfer)) if input.transfer else "",
+        transfer=lambda w, input: ["--transfer", *input.transfer] if input.transfer else [],
     log:
         "results/logs/aggregate.log",
     benchmark:
@@ -37,9 +37,9 @@ rule aggregate:
         mem_mb=2000,
         runtime=10,
     shell:
-        "groupsparse aggregate --trajectories {input.trajectories} --attention {input.attention}"
-        " {params.transfer} --study-json {params.study:q} --outdir results/tables"
-        " --provenance-json {output.provenance} > {log} 2>&1"
+        "groupsparse aggregate --trajectories {input.trajectories:q} --attention {input.attention:q}"
+        " {params.transfer:q} --study-json {params.study:q} --outdir results/tables"
+        " --provenance-json {output.provenance:q} > {log:q} 2>&1"
 
 
 rule figures:
@@ -68,8 +68,8 @@ rule figures:
         mem_mb=2000,
         runtime=10,
     shell:
-        "groupsparse plot --kind pretrain --tables results/tables --run {wildcards.run}"
-        " --outdir results/figures/{wildcards.run} > {log} 2>&1"
+        "groupsparse plot --kind pretrain --tables results/tables --run {wildcards.run:q}"
+        " --outdir results/figures/{wildcards.run:q} > {log:q} 2>&1"
 
 
 rule transfer_figure:
@@ -95,5 +95,5 @@ rule transfer_figure:
         mem_mb=2000,
         runtime=10,
     shell:
-        "groupsparse plot --kind transfer --tables results/tables --run {wildcards.run}"
-        " --outdir results/figures/{wildcards.run} > {log} 2>&1"
+        "groupsparse plot --kind transfer --tables results/tables --run {wildcards.run:q}"
+        " --outdir results/figures/{wildcards.run:q} > {log:q} 2>&1"

@@ -152,7 +152,9 @@ CONDA_ENV = "../envs/groupsparse.yaml"
 # --- scaling and ablations ------------------------------------------------------------
 
 def scaling_args():
-    """`groupsparse scaling` options from scaling.analysis and ablations.analysis."""
+    """`groupsparse scaling` options from scaling.analysis and ablations.analysis, as a list of
+    separate arguments: the rule quotes each one (`{params.options:q}`), so no config string is
+    ever read by the shell."""
     a = (config.get("scaling") or {}).get("analysis") or {}
     b = (config.get("ablations") or {}).get("analysis") or {}
     csv = lambda xs: ",".join(str(x) for x in xs)
@@ -172,10 +174,10 @@ def scaling_args():
     if "n_boot" in a:
         args += ["--n-boot", str(a["n_boot"])]
     if "baseline" in b:
-        args += ["--baseline", b["baseline"]]
+        args += ["--baseline", str(b["baseline"])]
     if "sizes" in b:
         args += ["--ablation-sizes", csv(b["sizes"])]
-    return " ".join(args)
+    return args
 
 
 SCALING_FIGURES = ["convergence_time", "attention_concentration", "sample_complexity", "ablations"]

@@ -32,5 +32,6 @@ rule image_figures:
         mem_mb=2000,
         runtime=10,
     shell:
-        "groupsparse image-figures --spec {params.spec:q} --checkpoint {input.checkpoint}"
-        " --attention {input.attention} --outdir results/figures/{wildcards.run} --threads {threads} > {log} 2>&1"
+        "groupsparse image-figures --spec {params.spec:q} --checkpoint {input.checkpoint:q}"
+        " --attention {input.attention:q} --outdir results/figures/{wildcards.run:q}"
+        " --threads {threads:q} > {log:q} 2>&1"

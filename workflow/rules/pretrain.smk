@@ -23,7 +23,7 @@ rule pretrain:
         runtime=pretrain_runtime,
         gpu=GPU,
     shell:
-        "groupsparse pretrain --spec {params.spec:q} --seeds {wildcards.chunk}"
-        " --checkpoint {output.checkpoint} --trajectory {output.trajectory}"
-        " --attention {output.attention} --resume-state {params.resume} --resume-every {params.resume_every}"
-        " --threads {threads} > {log} 2>&1"
+        "groupsparse pretrain --spec {params.spec:q} --seeds {wildcards.chunk:q}"
+        " --checkpoint {output.checkpoint:q} --trajectory {output.trajectory:q}"
+        " --attention {output.attention:q} --resume-state {params.resume:q}"
+        " --resume-every {params.resume_every:q} --threads {threads:q} > {log:q} 2>&1"

@@ -26,7 +26,7 @@ rule scaling:
         ],
         pdfs=[f"results/figures/scaling/{f}.pdf" for f in SCALING_FIGURES],
     params:
-        transfer=lambda w, input: f"--transfer {input.transfer}" if input.transfer else "",
+        transfer=lambda w, input: ["--transfer", *input.transfer] if input.transfer else [],
         options=scaling_args(),
         study_seed=config["study_seed"],
     log:
@@ -40,8 +40,8 @@ rule scaling:
         mem_mb=2000,
         runtime=20,
     shell:
-        "groupsparse scaling --trajectories {input.trajectories} {params.transfer}"
-        " --out-claims {output.claims} --out-fits {output.fits} --out-ablations {output.ablations}"
-        " --out-points {output.points} --out-crossings {output.crossings}"
-        " --out-claims-csv {output.claims_csv} --figures results/figures/scaling"
-        " {params.options} --study-seed {params.study_seed} > {log} 2>&1"
+        "groupsparse scaling --trajectories {input.trajectories:q} {params.transfer:q}"
+        " --out-claims {output.claims:q} --out-fits {output.fits:q} --out-ablations {output.ablations:q}"
+        " --out-points {output.points:q} --out-crossings {output.crossings:q}"
+        " --out-claims-csv {output.claims_csv:q} --figures results/figures/scaling"
+        " {params.options:q} --study-seed {params.study_seed:q} > {log:q} 2>&1"

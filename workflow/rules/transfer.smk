@@ -22,6 +22,6 @@ rule transfer:
         runtime=transfer_runtime,
         gpu=GPU,
     shell:
-        "groupsparse transfer --spec {params.spec:q} --checkpoint {input.checkpoint}"
-        " --methods {params.methods} --sizes {params.sizes} --out {output.table}"
-        " --threads {threads} > {log} 2>&1"
+        "groupsparse transfer --spec {params.spec:q} --checkpoint {input.checkpoint:q}"
+        " --methods {params.methods:q} --sizes {params.sizes:q} --out {output.table:q}"
+        " --threads {threads:q} > {log:q} 2>&1"
