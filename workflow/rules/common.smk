@@ -4,31 +4,22 @@ import sys
 from pathlib import Path
 
 import yaml
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
 # The package lives in src/; make it importable at parse time even without `pip install -e`.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from groupsparse.specs import ConfigError  # noqa: E402  (torch-free)
-from groupsparse.study import expand  # noqa: E402
 from groupsparse import preflight  # noqa: E402  (torch-free)
 
-# One line naming the key and the allowed values, rather than a JSON-schema dump.
+# Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
+# cross-field rules, names that must refer to runs or methods, input files, a writable results
+# folder: all before any job, each problem one line naming the key, file or value.
 _schema = yaml.safe_load((Path(workflow.basedir) / "workflow/schemas/config.schema.yaml").read_text())
-_problem = preflight.schema_problem(config, _schema)
-if _problem:
-    raise WorkflowError(f"invalid configuration: {_problem}")
-validate(config, "../schemas/config.schema.yaml")  # fills in the schema's defaults
 try:
-    RUNS = expand(config)
-except ConfigError as exc:
-    raise WorkflowError(f"invalid configuration: {exc}") from None
-# Inputs that must exist and a results folder that must take writes: fail now, not mid-study.
-_problems = preflight.input_problems(RUNS, lambda r: f"tasks.{r}" if RUNS[r].role == "task" else f"run {r}")
-_problems += [p for p in [preflight.results_problem("results")] if p]
-if _problems:
-    raise WorkflowError("cannot run the study: " + "; ".join(_problems))
+    RUNS = preflight.check_study(config, _schema, config_files=workflow.configfiles, results="results")
+except preflight.StudyRefused as exc:
+    raise WorkflowError(str(exc)) from None
 
 STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
 CHUNK = r"\d+-\d+"
@@ -153,7 +144,7 @@ CONDA_ENV = "../envs/groupsparse.yaml"
 
 def scaling_args():
     """`groupsparse scaling` options from scaling.analysis and ablations.analysis, as a list of
-    separate arguments: the rule quotes each one (`{params.options:q}`), so no config string is
+    separate arguments, each quoted on the shell line (`params.options` with `q`), so no config string is
     ever read by the shell."""
     a = (config.get("scaling") or {}).get("analysis") or {}
     b = (config.get("ablations") or {}).get("analysis") or {}
