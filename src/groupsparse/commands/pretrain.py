@@ -29,7 +29,7 @@ def run(args) -> int:
     if args.device:
         spec = RunSpec.from_dict(spec.to_dict() | {"device": args.device})
     from .. import io
-    from ..pretrain import Trainer, checkpoint_payload
+    from ..pretrain import DIVERGE_FACTOR, Trainer, checkpoint_payload
 
     set_threads(args.threads)
     print(f"pretrain {spec.task_name}: seeds {args.seeds}, {spec.pretrain.steps} steps, "
@@ -46,7 +46,8 @@ def run(args) -> int:
     io.write_parquet(res.attention, args.attention, prov)
     diverged = [(s, st) for s, st in zip(args.seeds, res.diverged_step) if st >= 0]
     if diverged and spec.pretrain.on_diverge == "fail":
-        print(f"groupsparse pretrain: loss became non-finite (seed, step): {diverged}; "
+        print(f"groupsparse pretrain: diverged (loss non-finite or above {DIVERGE_FACTOR:g}x its start) "
+              f"at (seed, step): {diverged}; "
               f"lower pretrain.eta (now {spec.pretrain.eta}) or set pretrain.on_diverge: record", file=sys.stderr)
         return EXIT_DIVERGED
     tensors, meta = checkpoint_payload(spec, res, args.seeds)
