@@ -1,14 +1,40 @@
 # Aggregation, figures and the report's inputs: cheap, so they run on the submitting host.
 
 localrules:
+    check_tables,
     aggregate,
     figures,
     transfer_figure,
     image_figures,
 
 
+# Every per-job table is checked (schema only) in its own job first: Snakemake removes a job's
+# outputs before the job starts, so a corrupt input must stop the DAG before `aggregate` does.
+rule check_tables:
+    input:
+        trajectories=all_trajectories(),
+        attention=all_attention(),
+        transfer=all_transfer_tables(),
+    output:
+        temp("results/tables/.inputs_checked"),
+    log:
+        "results/logs/check_tables.log",
+    benchmark:
+        "results/benchmarks/check_tables.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    shell:
+        "groupsparse check-tables --trajectories {input.trajectories:q} --attention {input.attention:q}"
+        " --transfer {input.transfer:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule aggregate:
     input:
+        checked="results/tables/.inputs_checked",
         trajectories=all_trajectories(),
         attention=all_attention(),
         transfer=all_transfer_tables(),
