@@ -219,7 +219,11 @@ def results_problem(results: str | os.PathLike = "results") -> str | None:
     results = Path(results)
     if results.exists() and not results.is_dir():
         return f"{results.resolve()}: the results folder is a file, not a folder; move it away"
-    probe_dir = results if results.is_dir() else results.resolve().parent
+    probe_dir = results.resolve()
+    while not probe_dir.is_dir():  # the nearest folder that exists: results/<study> is made on demand
+        if probe_dir.exists():
+            return f"{probe_dir}: a file stands where the results folder must go; move it away"
+        probe_dir = probe_dir.parent
     try:  # os.access says yes to root on a read-only or immutable folder; a real write does not lie
         with tempfile.TemporaryFile(dir=probe_dir, prefix=".groupsparse-write-probe."):
             pass
@@ -230,6 +234,24 @@ def results_problem(results: str | os.PathLike = "results") -> str | None:
 
 
 # --- the whole parse-time check, as the Snakefile runs it ------------------------------------
+
+def study_name(config: dict[str, Any], config_files=()) -> str:
+    """The study's name, which names its results folder: the config's `study_name`, else the
+    name of its first config file (configs/paper.yaml -> 'paper'). Raises StudyRefused when
+    neither gives a usable name."""
+    import re
+
+    name = config.get("study_name")
+    where = "study_name"
+    if name is None:
+        if not config_files:
+            raise StudyRefused("invalid configuration: study_name: required when no config file names the study")
+        name, where = Path(list(config_files)[0]).stem, f"study_name (from {list(config_files)[0]})"
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or len(name) > 64:
+        raise StudyRefused(f"invalid configuration: {where}: got {shown(name)}; allowed: a name matching "
+                           "^[A-Za-z][A-Za-z0-9_]*$ (set study_name in the config)")
+    return name
+
 
 class StudyRefused(Exception):
     """A study that must not start; the message is one line naming the key, file or value."""

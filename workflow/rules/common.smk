@@ -10,18 +10,35 @@ min_version("9.0")
 
 # The package lives in src/; make it importable at parse time even without `pip install -e`.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from groupsparse import preflight  # noqa: E402  (torch-free)
+from groupsparse import io, preflight  # noqa: E402  (torch-free)
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
 # folder: all before any job, each problem one line naming the key, file or value.
 _schema = yaml.safe_load((Path(workflow.basedir) / "workflow/schemas/config.schema.yaml").read_text())
 try:
-    RUNS = preflight.check_study(config, _schema, config_files=workflow.configfiles, results="results")
+    # Each study writes under results/<study_name>/ only, so two studies never overwrite or mix.
+    STUDY_NAME = preflight.study_name(config, workflow.configfiles)
+    R = f"results/{STUDY_NAME}"
+    RUNS = preflight.check_study(config, _schema, config_files=workflow.configfiles, results=R)
 except preflight.StudyRefused as exc:
     raise WorkflowError(str(exc)) from None
 
 STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+# Specs travel by file, not inline on the shell line: results/<study>/specs/<name>.<hash>.json,
+# written once when the workflow is parsed. A changed spec is a new file, so exactly the jobs it
+# affects rerun; the printed commands stay short.
+def pretrain_spec_file(run):
+    return str(io.content_file(f"{R}/specs", f"{run}.pretrain", RUNS[run].spec_json))
+
+
+def transfer_spec_file(run):
+    return str(io.content_file(f"{R}/specs", f"{run}.transfer", RUNS[run].transfer_json()))
+
+
+STUDY_FILE = str(io.content_file(f"{R}/specs", "study", STUDY_JSON))
 CHUNK = r"\d+-\d+"
 
 wildcard_constraints:
@@ -38,7 +55,7 @@ GPU = 1 if config.get("device") == "cuda" else 0
 
 
 def pretrain_prefix(run, chunk):
-    return f"results/pretrain/{run}/seeds{chunk}"
+    return f"{R}/pretrain/{run}/seeds{chunk}"
 
 
 def checkpoint_path(run, chunk):
@@ -54,7 +71,7 @@ def all_attention():
 
 
 def all_transfer_tables():
-    return [f"results/transfer/{r}/seeds{c}/{g}.parquet"
+    return [f"{R}/transfer/{r}/seeds{c}/{g}.parquet"
             for r, run in RUNS.items() if run.transfer is not None
             for c in run.chunks for g in run.method_groups]
 
@@ -67,8 +84,8 @@ TRANSFER_TABLES_CSV = ["summary.csv", "sample_complexity.csv"]
 def transfer_table_outputs():
     if not all_transfer_tables():
         return []
-    csv = [f"results/tables/{t}" for t in TRANSFER_TABLES_CSV]
-    return [f"results/tables/{t}" for t in TRANSFER_TABLES] + [as_report_table(p) for p in csv]
+    csv = [f"{R}/tables/{t}" for t in TRANSFER_TABLES_CSV]
+    return [f"{R}/tables/{t}" for t in TRANSFER_TABLES] + [as_report_table(p) for p in csv]
 
 
 def as_report_table(path):
@@ -92,7 +109,7 @@ def figure_runs():
 
 
 def figure_files():
-    return [f"results/figures/{r}/{name}.{ext}" for r in figure_runs()
+    return [f"{R}/figures/{r}/{name}.{ext}" for r in figure_runs()
             for name in run_figure_names(r) for ext in ("png", "pdf")]
 
 
@@ -134,7 +151,7 @@ def transfer_mem_mb(wildcards):
 
 
 def transfer_table_files():
-    return [f"results/tables/{t}" for t in TRANSFER_TABLES + TRANSFER_TABLES_CSV] if all_transfer_tables() else []
+    return [f"{R}/tables/{t}" for t in TRANSFER_TABLES + TRANSFER_TABLES_CSV] if all_transfer_tables() else []
 
 
 CONDA_ENV = "../envs/groupsparse.yaml"
@@ -182,5 +199,5 @@ def scaling_enabled():
 def scaling_outputs():
     if not scaling_enabled():
         return []
-    return ([f"results/tables/{t}.parquet" for t in SCALING_TABLES] + ["results/tables/claims.csv"]
-            + [f"results/figures/scaling/{f}.{ext}" for f in SCALING_FIGURES for ext in ("png", "pdf")])
+    return ([f"{R}/tables/{t}.parquet" for t in SCALING_TABLES] + [f"{R}/tables/claims.csv"]
+            + [f"{R}/figures/scaling/{f}.{ext}" for f in SCALING_FIGURES for ext in ("png", "pdf")])

@@ -3,17 +3,17 @@
 
 rule transfer:
     input:
-        checkpoint="results/pretrain/{run}/seeds{chunk}.safetensors",
+        checkpoint=f"{R}/pretrain/{{run}}/seeds{{chunk}}.safetensors",
+        spec=lambda w: transfer_spec_file(w.run),
     output:
-        table="results/transfer/{run}/seeds{chunk}/{group}.parquet",
+        table=f"{R}/transfer/{{run}}/seeds{{chunk}}/{{group}}.parquet",
     params:
-        spec=lambda w: RUNS[w.run].transfer_json(),
         methods=lambda w: ",".join(RUNS[w.run].method_groups[w.group]),
         sizes=lambda w: ",".join(map(str, RUNS[w.run].sizes)),
     log:
-        "results/logs/transfer/{run}/seeds{chunk}/{group}.log",
+        f"{R}/logs/transfer/{{run}}/seeds{{chunk}}/{{group}}.log",
     benchmark:
-        "results/benchmarks/transfer/{run}/seeds{chunk}/{group}.tsv"
+        f"{R}/benchmarks/transfer/{{run}}/seeds{{chunk}}/{{group}}.tsv"
     conda:
         CONDA_ENV
     threads: TRANSFER_THREADS
@@ -22,6 +22,6 @@ rule transfer:
         runtime=transfer_runtime,
         gpu=GPU,
     shell:
-        "groupsparse transfer --spec {params.spec:q} --checkpoint {input.checkpoint:q}"
+        "groupsparse transfer --spec @{input.spec:q} --checkpoint {input.checkpoint:q}"
         " --methods {params.methods:q} --sizes {params.sizes:q} --out {output.table:q}"
         " --threads {threads:q} > {log:q} 2>&1"
