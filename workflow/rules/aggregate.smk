@@ -1,5 +1,6 @@
 # Aggregation, figures and the report's inputs: cheap, so they run on the submitting host.
 
+
 localrules:
     check_tables,
     aggregate,
@@ -50,9 +51,6 @@ rule aggregate:
         ),
         provenance=f"{R}/provenance.json",
         transfer_tables=transfer_table_outputs(),
-    params:
-        transfer=lambda w, input: ["--transfer", *input.transfer] if input.transfer else [],
-        outdir=lambda w, output: str(Path(output.trajectories).parent),
     log:
         f"{R}/logs/aggregate.log",
     benchmark:
@@ -63,6 +61,11 @@ rule aggregate:
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        transfer=lambda w, input: (
+            ["--transfer", *input.transfer] if input.transfer else []
+        ),
+        outdir=lambda w, output: str(Path(output.trajectories).parent),
     shell:
         "groupsparse aggregate --trajectories {input.trajectories:q} --attention {input.attention:q}"
         " {params.transfer:q} --study-json {input.study:q} --outdir {params.outdir:q}"
@@ -84,9 +87,6 @@ rule figures:
             for name in FIGURES_PER_RUN
         ],
         [f"{R}/figures/{{run}}/{name}.pdf" for name in FIGURES_PER_RUN],
-    params:
-        tables=lambda w, input: str(Path(input[0]).parent),
-        outdir=lambda w, output: str(Path(output[0]).parent),
     log:
         f"{R}/logs/figures/{{run}}.log",
     benchmark:
@@ -97,6 +97,9 @@ rule figures:
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        tables=lambda w, input: str(Path(input[0]).parent),
+        outdir=lambda w, output: str(Path(output[0]).parent),
     shell:
         "groupsparse plot --kind pretrain --tables {params.tables:q} --run {wildcards.run:q}"
         " --outdir {params.outdir:q} > {log:q} 2>&1"
@@ -114,9 +117,6 @@ rule transfer_figure:
             subcategory="{run}",
         ),
         f"{R}/figures/{{run}}/transfer_accuracy.pdf",
-    params:
-        tables=lambda w, input: str(Path(input[0]).parent),
-        outdir=lambda w, output: str(Path(output[0]).parent),
     log:
         f"{R}/logs/figures/{{run}}.transfer.log",
     benchmark:
@@ -127,6 +127,9 @@ rule transfer_figure:
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        tables=lambda w, input: str(Path(input[0]).parent),
+        outdir=lambda w, output: str(Path(output[0]).parent),
     shell:
         "groupsparse plot --kind transfer --tables {params.tables:q} --run {wildcards.run:q}"
         " --outdir {params.outdir:q} > {log:q} 2>&1"

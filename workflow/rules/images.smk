@@ -19,9 +19,10 @@ rule image_figures:
             category="Figures",
             subcategory="{run}",
         ),
-        pdfs=[f"{R}/figures/{{run}}/image_attention.pdf", f"{R}/figures/{{run}}/image_examples.pdf"],
-    params:
-        outdir=lambda w, output: str(Path(output.attention).parent),
+        pdfs=[
+            f"{R}/figures/{{run}}/image_attention.pdf",
+            f"{R}/figures/{{run}}/image_examples.pdf",
+        ],
     log:
         f"{R}/logs/figures/{{run}}.images.log",
     benchmark:
@@ -32,6 +33,8 @@ rule image_figures:
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        outdir=lambda w, output: str(Path(output.attention).parent),
     shell:
         "groupsparse image-figures --spec @{input.spec:q} --checkpoint {input.checkpoint:q}"
         " --attention {input.attention:q} --outdir {params.outdir:q}"

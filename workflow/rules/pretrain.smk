@@ -8,10 +8,6 @@ rule pretrain:
         checkpoint=f"{R}/pretrain/{{run}}/seeds{{chunk}}.safetensors",
         trajectory=f"{R}/pretrain/{{run}}/seeds{{chunk}}.trajectory.parquet",
         attention=f"{R}/pretrain/{{run}}/seeds{{chunk}}.attention.parquet",
-    params:
-        # resumable state lives outside the declared outputs so a killed job continues
-        resume=lambda w: f"{R}/pretrain/{w.run}/.seeds{w.chunk}.resume.safetensors",
-        resume_every=PRETRAIN_RESUME_EVERY,
     log:
         f"{R}/logs/pretrain/{{run}}/seeds{{chunk}}.log",
     benchmark:
@@ -23,6 +19,10 @@ rule pretrain:
         mem_mb=pretrain_mem_mb,
         runtime=pretrain_runtime,
         gpu=GPU,
+    params:
+        # resumable state lives outside the declared outputs so a killed job continues
+        resume=lambda w: f"{R}/pretrain/{w.run}/.seeds{w.chunk}.resume.safetensors",
+        resume_every=PRETRAIN_RESUME_EVERY,
     shell:
         "groupsparse pretrain --spec @{input.spec:q} --seeds {wildcards.chunk:q}"
         " --checkpoint {output.checkpoint:q} --trajectory {output.trajectory:q}"

@@ -11,7 +11,11 @@ rule scaling:
         transfer=transfer_table_files()[:1],
     output:
         claims=f"{R}/tables/claims.parquet",
-        claims_csv=report(f"{R}/tables/claims.csv", caption="../report/table_claims.rst", category="Tables"),
+        claims_csv=report(
+            f"{R}/tables/claims.csv",
+            caption="../report/table_claims.rst",
+            category="Tables",
+        ),
         fits=f"{R}/tables/scaling_fits.parquet",
         ablations=f"{R}/tables/ablations.parquet",
         points=f"{R}/tables/scaling_points.parquet",
@@ -25,11 +29,6 @@ rule scaling:
             for f in SCALING_FIGURES
         ],
         pdfs=[f"{R}/figures/scaling/{f}.pdf" for f in SCALING_FIGURES],
-    params:
-        transfer=lambda w, input: ["--transfer", *input.transfer] if input.transfer else [],
-        options=scaling_args(),
-        study_seed=config["study_seed"],
-        figures=lambda w, output: str(Path(output.figures[0]).parent),
     log:
         f"{R}/logs/scaling.log",
     benchmark:
@@ -40,6 +39,13 @@ rule scaling:
     resources:
         mem_mb=2000,
         runtime=20,
+    params:
+        transfer=lambda w, input: (
+            ["--transfer", *input.transfer] if input.transfer else []
+        ),
+        options=scaling_args(),
+        study_seed=config["study_seed"],
+        figures=lambda w, output: str(Path(output.figures[0]).parent),
     shell:
         "groupsparse scaling --trajectories {input.trajectories:q} {params.transfer:q}"
         " --out-claims {output.claims:q} --out-fits {output.fits:q} --out-ablations {output.ablations:q}"

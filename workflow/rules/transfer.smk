@@ -7,9 +7,6 @@ rule transfer:
         spec=lambda w: transfer_spec_file(w.run),
     output:
         table=f"{R}/transfer/{{run}}/seeds{{chunk}}/{{group}}.parquet",
-    params:
-        methods=lambda w: ",".join(RUNS[w.run].method_groups[w.group]),
-        sizes=lambda w: ",".join(map(str, RUNS[w.run].sizes)),
     log:
         f"{R}/logs/transfer/{{run}}/seeds{{chunk}}/{{group}}.log",
     benchmark:
@@ -21,6 +18,9 @@ rule transfer:
         mem_mb=transfer_mem_mb,
         runtime=transfer_runtime,
         gpu=GPU,
+    params:
+        methods=lambda w: ",".join(RUNS[w.run].method_groups[w.group]),
+        sizes=lambda w: ",".join(map(str, RUNS[w.run].sizes)),
     shell:
         "groupsparse transfer --spec @{input.spec:q} --checkpoint {input.checkpoint:q}"
         " --methods {params.methods:q} --sizes {params.sizes:q} --out {output.table:q}"
