@@ -310,7 +310,7 @@ class Trainer:
             if step == p.steps or (p.on_diverge == "fail" and "diverged" in status):
                 break
             self.descend(grads, active)
-            if progress and step % 500 == 0:
+            if progress:  # the callback throttles its own output
                 progress(step, loss)
         self.workers.close()
         if self.resume_path and self.resume_path.exists():

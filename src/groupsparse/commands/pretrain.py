@@ -30,13 +30,15 @@ def run(args) -> int:
         spec = RunSpec.from_dict(spec.to_dict() | {"device": args.device})
     from .. import io
     from ..pretrain import DIVERGE_FACTOR, Trainer, checkpoint_payload
+    from ..progress import Progress
 
     set_threads(args.threads)
     print(f"pretrain {spec.task_name}: seeds {args.seeds}, {spec.pretrain.steps} steps, "
           f"batch {spec.pretrain.batch}, eta {spec.pretrain.eta}, {spec.dtype} on {spec.device}, "
           f"{args.threads} thread(s)", flush=True)
     trainer = Trainer(spec, args.seeds, resume_path=args.resume_state, resume_every=args.resume_every)
-    res = trainer.run(progress=lambda step, loss: print(f"  step {step}: loss {loss.tolist()}", flush=True))
+    bar = Progress(spec.pretrain.steps, "steps")
+    res = trainer.run(progress=lambda step, loss: bar.update(step))
     if res.resumed_from_step:
         print(f"  resumed from saved state at step {res.resumed_from_step}", flush=True)
     prov = io.provenance(spec.science_hash(), spec.device, seeds=args.seeds, resumed_from_step=res.resumed_from_step,
