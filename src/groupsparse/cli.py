@@ -55,7 +55,7 @@ def set_threads(n: int) -> None:
 
 
 # Each module in groupsparse.commands has register(subparsers) adding its subcommand.
-COMMANDS = ("pretrain", "transfer", "aggregate", "plot", "summary", "scaling", "image_figures", "snapshot")
+COMMANDS = ("pretrain", "transfer", "aggregate", "plot", "summary", "scaling", "image_figures", "snapshot", "estimate")
 
 
 def build_parser() -> argparse.ArgumentParser:

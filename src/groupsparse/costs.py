@@ -13,11 +13,15 @@ tokens of width m (= d + D with concatenated positions) over D positions, L laye
 
     flops  = S L D m (m + D) (4 T B + 2 R E)            (the dense formula's GEMM count)
     draws  = S T B D d                                   (Gaussian numbers drawn)
-    cpu_s  = c0 + path * c_flop[dtype] * flops + c_draw * draws
-    mem_mb = m0 + m1 * S L bytes(dtype) (B + E) D (m + D) / 2^20
+    cpu_s  = c0 + path * (c_flop[dtype] * flops + c_draw * draws)
+    mem_mb = m0 + m_p * S bytes(dtype) (E D (m + D) + B D d) / 2^20          (alive all run)
+                + m_t * k L bytes(dtype) B D (m + D) / 2^20                (one step's temporaries)
+
+with k = min(S, threads) seeds computed at once by the fast kernel (all S under autograd).
 
 ``path`` is 1 for the paper model with antithetic batches (the fast kernel folds the
-mirror half), and a fitted factor for i.i.d. batches and for models trained by autograd.
+mirror half), and a fitted factor (median over their measured jobs) for i.i.d. batches and
+for models trained by autograd (other positions/attention/layers).
 
 transfer, one job = a method group x sample sizes x downstream tasks for S seeds; a job's
 cost is the sum over the *fits it performs* (one per (downstream, n, method), plus
@@ -103,7 +107,7 @@ def _path(spec: dict) -> str:
     return "antithetic" if pre.get("sampling", "antithetic") == "antithetic" else "iid"
 
 
-def describe_pretrain(spec: dict, seeds: int) -> dict:
+def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     """The features of one pretraining job (a RunSpec dict, ``seeds`` seeds in the job)."""
     t, p, model = spec["task"], spec["pretrain"], spec.get("model", {})
     d, D = t["d"], t["D"]
@@ -116,8 +120,18 @@ def describe_pretrain(spec: dict, seeds: int) -> dict:
             "flops": seeds * per_sample * (4 * p["steps"] * p["batch"] + 2 * R * p["eval_size"]),
             "draws": seeds * p["steps"] * p["batch"] * D * d,
             "python_steps": p["steps"] + R,
-            "mem_bytes": seeds * L * DTYPE_BYTES[spec.get("dtype", "float32")] * (p["batch"] + p["eval_size"])
-            * D * (m + D)}
+            **_pretrain_bytes(seeds, threads, L, DTYPE_BYTES[spec.get("dtype", "float32")], p["batch"],
+                              p["eval_size"], d, D, m, _path(spec))}
+
+
+def _pretrain_bytes(S: int, threads: int, L: int, nbytes: int, B: int, E: int, d: int, D: int, m: int,
+                    path: str) -> dict:
+    """Bytes alive at once: per seed the evaluation set and its features and the step's batch
+    (``persistent``), plus one step's temporaries for the seeds computed at the same time
+    (``transient``: min(S, threads) for the per-seed fast kernel, all S under autograd)."""
+    at_once = S if path == "autograd" else max(1, min(S, threads))
+    return {"persistent_bytes": S * nbytes * (E * D * (m + D) + B * D * d),
+            "transient_bytes": at_once * L * nbytes * B * D * (m + D)}
 
 
 @dataclass(frozen=True)
@@ -187,3 +201,386 @@ def describe_transfer(spec: dict, transfer: dict, methods: list[str], sizes: lis
             "selection": transfer.get("selection", "fixed"), "cv_folds": transfer.get("cv_folds", 3),
             "fits": len(transfer_fits(transfer, methods, sizes)),
             "mem_bytes": seeds * (test + max(sizes)) * D * (d + m) * 8}
+
+
+# -- coefficients ------------------------------------------------------------------------
+
+_COEFFS: dict | None = None
+
+
+def coefficients() -> dict:
+    """The fitted coefficients (costs.yaml), read once."""
+    global _COEFFS
+    if _COEFFS is None:
+        import yaml
+        _COEFFS = yaml.safe_load(COEFFS_PATH.read_text())
+    return _COEFFS
+
+
+def _sig(x: float, digits: int = 6) -> float:
+    """Round to ``digits`` significant digits (the data file holds these exact values)."""
+    return 0.0 if x == 0 else float(f"{x:.{digits - 1}e}")
+
+
+# -- predictions -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cost:
+    """Predicted cost of one job (no safety margin): CPU seconds on one thread, wall seconds
+    with the job's threads and device, peak resident memory in MB."""
+    cpu_s: float
+    wall_s: float
+    mem_mb: float
+    device: str = "cpu"
+    measured: bool = True          # False: a GPU figure derived from assumptions (GPU_NOTE)
+
+    @property
+    def note(self) -> str:
+        return "" if self.measured else GPU_NOTE
+
+
+def _thread_speedup(threads: int, parallel: int) -> float:
+    """Assumed (not measured: every measurement uses one thread): seeds spread over threads at
+    50 % efficiency beyond the first, never more threads than independent seeds."""
+    k = max(1, min(int(threads), int(parallel)))
+    return 1.0 + 0.5 * (k - 1)
+
+
+def _pretrain_cpu_s(f: dict, c: dict) -> float:
+    p = c["pretrain"]
+    path = p["path_factor"].get(f["path"], 1.0)
+    return p["c0_s"] + path * (p["s_per_flop"][f["dtype"]] * f["flops"] + p["s_per_draw"] * f["draws"])
+
+
+def _pretrain_mem_mb(f: dict, c: dict) -> float:
+    p = c["pretrain"]
+    return p["m0_mb"] + p["m_persistent"] * f["persistent_bytes"] / 2**20 + p["m_transient"] * f["transient_bytes"] / 2**20
+
+
+def pretrain_cost(spec: dict, seeds: int, device: str | None = None, threads: int = 1) -> Cost:
+    """One pretraining job: ``spec`` a RunSpec dict (Run.spec), ``seeds`` the seeds it trains."""
+    c = coefficients()
+    f = describe_pretrain(spec, seeds, threads)
+    cpu = _pretrain_cpu_s(f, c)
+    mem = _pretrain_mem_mb(f, c)
+    device = device or spec.get("device", "cpu")
+    if device == "cuda":
+        g = GPU_ASSUMPTIONS
+        wall = g["startup_s"] + f["flops"] / g["flops_per_s"][f["dtype"]] + f["python_steps"] * g["step_s"]
+        return Cost(cpu, wall, max(g["host_mem_mb"], c["pretrain"]["m0_mb"]), "cuda", measured=False)
+    return Cost(cpu, cpu / _thread_speedup(threads, seeds), mem, "cpu")
+
+
+def _fit_features(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None) -> list[float]:
+    steps, train, ev = fit_work(fit.method, fit.n_train, fit.n_eval, seeds, d, D, m, hp)
+    return [1.0, float(steps), float(train), float(ev)]
+
+
+def fit_seconds(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None = None) -> float:
+    """Predicted seconds of one fit (all ``seeds`` at once), on one CPU thread."""
+    k = coefficients()["transfer_fit"][fit.method]
+    return sum(a * x for a, x in zip(k, _fit_features(fit, seeds, d, D, m, hp)))
+
+
+def _transfer_parts(spec: dict, transfer: dict, methods, sizes, seeds: int) -> tuple[float, float, bool, float]:
+    t = spec["task"]
+    d, D = t["d"], t["D"]
+    m = _token_width(spec.get("model", {}), d, D)
+    hps = transfer.get("hyperparameters", {}) or {}
+    fits = transfer_fits(transfer, methods, sizes)
+    total = sum(fit_seconds(f, seeds, d, D, m, hps.get(f.method)) for f in fits)
+    gpu = 0.0
+    g = GPU_ASSUMPTIONS
+    dtype = transfer.get("dtype", "float32")
+    for f in fits:
+        if f.method in ("logreg", "group_lasso"):   # scikit-learn / skglm: on the CPU whatever the device
+            gpu += fit_seconds(f, seeds, d, D, m, hps.get(f.method))
+        else:
+            steps, train, ev = fit_work(f.method, f.n_train, f.n_eval, seeds, d, D, m, hps.get(f.method))
+            gpu += steps * g["step_s"] + 2 * (3 * train + ev) / g["flops_per_s"][dtype]
+    n_down = len(transfer.get("downstream", DOWNSTREAM))
+    draws = seeds * n_down * (transfer.get("test_size", 10000) + sum(sizes)) * D * d
+    return total, draws, "group_lasso" in methods, gpu
+
+
+def _transfer_job_s(c: dict, fits_s: float, draws: float, gl: bool) -> float:
+    j = c["transfer_job"]
+    return j["j0_s"] + j["j1"] * fits_s + j["s_per_draw"] * draws + (j["group_lasso_compile_s"] if gl else 0.0)
+
+
+def transfer_cost(spec: dict, transfer: dict, methods, sizes, seeds: int, device: str | None = None,
+                  threads: int = 1) -> Cost:
+    """One transfer job: ``spec`` the run's RunSpec dict, ``transfer`` its TransferSpec dict
+    (Run.transfer), the job's ``methods`` and ``sizes``, ``seeds`` in the checkpoint."""
+    c = coefficients()
+    methods, sizes = list(methods), list(sizes)
+    fits_s, draws, gl, gpu_fits = _transfer_parts(spec, transfer, methods, sizes, seeds)
+    cpu = _transfer_job_s(c, fits_s, draws, gl)
+    f = describe_transfer(spec, transfer, methods, sizes, seeds)
+    tj = c["transfer_job"]
+    mem = tj["m0_mb"] + tj["m1"] * f["mem_bytes"] / 2**20
+    device = device or spec.get("device", "cpu")
+    if device == "cuda":
+        wall = GPU_ASSUMPTIONS["startup_s"] + _transfer_job_s(c, gpu_fits, draws, gl) - tj["j0_s"]
+        return Cost(cpu, wall, mem, "cuda", measured=False)
+    return Cost(cpu, cpu, mem, "cpu")   # one fit at a time: threads assumed to give no speedup
+
+
+# -- requests for the scheduler ----------------------------------------------------------
+
+def request(cost: Cost) -> dict:
+    """Snakemake ``resources`` for a job: runtime (minutes) = TIME_MARGIN x predicted wall +
+    TIME_FLOOR_MIN; mem_mb = MEM_MARGIN x predicted + MEM_FLOOR_MB."""
+    return {"runtime": int(math.ceil(TIME_MARGIN * cost.wall_s / 60 + TIME_FLOOR_MIN)),
+            "mem_mb": int(math.ceil(MEM_MARGIN * cost.mem_mb + MEM_FLOOR_MB))}
+
+
+def pretrain_request(run, chunk: str, device: str | None = None, threads: int = 1) -> dict:
+    """``resources`` of the pretrain rule for ``run`` (a study.Run) and seed ``chunk`` ("lo-hi")."""
+    return request(pretrain_cost(run.spec, len(run.chunk_seeds(chunk)), device, threads))
+
+
+def transfer_request(run, chunk: str, group: str, device: str | None = None, threads: int = 1) -> dict:
+    """``resources`` of the transfer rule for ``run``, seed ``chunk`` and method ``group``."""
+    return request(transfer_cost(run.spec, run.transfer, run.method_groups[group], run.sizes,
+                                 len(run.chunk_seeds(chunk)), device, threads))
+
+
+def run_key(run) -> str:
+    """The config key a run comes from (for messages)."""
+    if run.role == "scaling":
+        return f"scaling[{run.name}]"
+    if run.role == "ablation":
+        return "ablations" if run.name == "ablation_none" else f"ablations.variants.{run.name[len('ablation_'):]}"
+    return f"tasks.{run.name}"
+
+
+def check_memory(runs: dict, limit_mb: float | None = None, declared: dict | None = None) -> list[str]:
+    """Jobs whose estimated memory exceeds ``limit_mb`` or their declared mem_mb: one line each.
+
+    ``runs``: study.expand's result; ``declared``: optional {("pretrain"|"transfer", run): mem_mb}.
+    The estimate is the model's prediction without margin, so a refusal is a job that the
+    model expects to need more, not one that merely requests more.
+    """
+    problems = []
+    declared = declared or {}
+    for name, run in runs.items():
+        t, p = run.spec["task"], run.spec["pretrain"]
+        chunk = max(run.chunks, key=lambda ch: len(run.chunk_seeds(ch)))
+        jobs = [("pretrain", pretrain_cost(run.spec, len(run.chunk_seeds(chunk)), "cpu"),
+                 f"task.D = {t['D']}, task.d = {t['d']}, pretrain.batch = {p['batch']}, "
+                 f"pretrain.eval_size = {p['eval_size']}, {len(run.chunk_seeds(chunk))} seeds per job")]
+        if run.transfer is not None:
+            for group, methods in run.method_groups.items():
+                jobs.append((f"transfer ({group})",
+                             transfer_cost(run.spec, run.transfer, methods, run.sizes, len(run.chunk_seeds(chunk)), "cpu"),
+                             f"task.D = {t['D']}, task.d = {t['d']}, transfer.test_size = "
+                             f"{run.transfer.get('test_size', 10000)}, largest transfer size {max(run.sizes)}"))
+        for kind, cost, why in jobs:
+            cap = declared.get((kind.split(" ")[0], name))
+            for bound, label in ((limit_mb, "the memory limit"), (cap, "its declared mem_mb")):
+                if bound is not None and cost.mem_mb > bound:
+                    problems.append(f"{run_key(run)}: the {kind} job of run {name} needs about "
+                                    f"{cost.mem_mb:,.0f} MB (estimated from {why}), over {label} of {bound:,.0f} MB")
+                    break
+    return problems
+
+
+# -- a whole study ---------------------------------------------------------------------------
+
+# Small jobs, not measured by benchmarks/measure_costs.py: stated constants (CPU seconds, MB).
+SMALL_JOBS = {"aggregate": (60.0, 1500.0), "figures": (60.0, 1500.0), "scaling": (180.0, 2000.0),
+              "image_figures": (30.0, 1500.0)}
+
+
+def estimate_study(runs: dict, device: str = "cpu", pretrain_threads: int = 1, transfer_threads: int = 1) -> list[dict]:
+    """One row per (rule, run): jobs, predicted per-job CPU minutes, wall minutes, mem_mb and
+    totals. GPU rows carry ``note`` = GPU_NOTE."""
+    rows = []
+    for name, run in runs.items():
+        pre = [pretrain_cost(run.spec, len(run.chunk_seeds(ch)), device, pretrain_threads) for ch in run.chunks]
+        rows.append(_row("pretrain", name, pre))
+        if run.transfer is not None:
+            for group, methods in run.method_groups.items():
+                tr = [transfer_cost(run.spec, run.transfer, methods, run.sizes, len(run.chunk_seeds(ch)), device,
+                                    transfer_threads) for ch in run.chunks]
+                rows.append(_row(f"transfer:{group}", name, tr))
+    return rows
+
+
+def _row(rule: str, run: str, costs_: list[Cost]) -> dict:
+    n = len(costs_)
+    return {"rule": rule, "run": run, "jobs": n, "device": costs_[0].device,
+            "cpu_min_per_job": max(c.cpu_s for c in costs_) / 60,
+            "wall_min_per_job": max(c.wall_s for c in costs_) / 60,
+            "mem_mb_per_job": max(c.mem_mb for c in costs_),
+            "cpu_hours": sum(c.cpu_s for c in costs_) / 3600,
+            "device_hours": sum(c.wall_s for c in costs_) / 3600,
+            "request": request(max(costs_, key=lambda c: c.wall_s)),
+            "note": costs_[0].note}
+
+
+# -- fitting (numpy/scipy imported here only) --------------------------------------------------
+
+TABLES = ("pretrain.tsv", "transfer.tsv", "transfer_fits.tsv")
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "costs"
+
+
+def read_table(path: Path) -> list[dict]:
+    if not Path(path).exists():
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def _pre_row(r: dict) -> dict:
+    """Features of a measured pretraining row, recomputed from its raw sizes."""
+    d, D, m, L, S = (int(r[k]) for k in ("d", "D", "m", "layers", "seeds"))
+    T, B, E, R = (int(r[k]) for k in ("steps", "batch", "eval_size", "records"))
+    return {"dtype": r["dtype"], "path": r["path"],
+            "flops": S * L * D * m * (m + D) * (4 * T * B + 2 * R * E), "draws": S * T * B * D * d,
+            **_pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, r["path"]),
+            "cpu_s": float(r["user_s"]) + float(r["sys_s"]), "mem_mb": float(r["max_rss_mb"])}
+
+
+def _fit_row_fits(r: dict) -> list[Fit]:
+    transfer = {"downstream": ["one"], "test_size": int(r["test_size"]), "selection": r["selection"],
+                "cv_folds": int(r["cv_folds"])}
+    return transfer_fits(transfer, [r["method"]], [int(r["n"])])
+
+
+def _tr_row(r: dict) -> tuple[dict, dict, list[str], list[int], int]:
+    spec = {"task": {"d": int(r["d"]), "D": int(r["D"])}, "model": {}}
+    transfer = {"test_size": int(r["test_size"]), "downstream": r["downstream"].split(","),
+                "selection": r["selection"], "cv_folds": int(r["cv_folds"])}
+    return spec, transfer, r["methods"].split(","), [int(x) for x in r["sizes"].split(",")], int(r["seeds"])
+
+
+def _nnls_relative(X, y):
+    """Non-negative least squares of the relative errors (rows divided by the target)."""
+    import numpy as np
+    from scipy.optimize import nnls
+    X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+    scale = X.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls((X / scale) / y[:, None], np.ones_like(y))
+    return [float(c) for c in coef / scale]
+
+
+def fit(data: Path = DEFAULT_DATA) -> dict:
+    """Refit every coefficient from benchmarks/costs/*.tsv (deterministic; rounded to 6 digits)."""
+    import statistics
+    data = Path(data)
+    pre = [_pre_row(r) for r in read_table(data / "pretrain.tsv")]
+    fast = [p for p in pre if p["path"] == "antithetic"]
+    X = [[1.0, p["flops"] * (p["dtype"] == "float32"), p["flops"] * (p["dtype"] == "float64"), p["draws"]]
+         for p in fast]
+    c0, f32, f64, draw = _nnls_relative(X, [p["cpu_s"] for p in fast])
+    base = {"c0_s": c0, "s_per_flop": {"float32": f32, "float64": f64}, "s_per_draw": draw}
+    factors = {"antithetic": 1.0}
+    for path in ("iid", "autograd"):
+        ratios = [(p["cpu_s"] - c0) / (base["s_per_flop"][p["dtype"]] * p["flops"] + draw * p["draws"])
+                  for p in pre if p["path"] == path]
+        if ratios:
+            factors[path] = max(statistics.median(ratios), 0.1)
+    m0, mp, mt = _nnls_relative([[1.0, p["persistent_bytes"] / 2**20, p["transient_bytes"] / 2**20] for p in pre],
+                                [p["mem_mb"] for p in pre])
+    coeffs: dict[str, Any] = {"pretrain": base | {"path_factor": factors, "m0_mb": m0, "m_persistent": mp,
+                                                  "m_transient": mt}}
+
+    fits_rows = read_table(data / "transfer_fits.tsv")
+    per_method = {}
+    for method in TRANSFER_METHODS:
+        rows = [r for r in fits_rows if r["method"] == method]
+        if not rows:
+            continue
+        X, y = [], []
+        for r in rows:
+            feats = [0.0] * 4
+            for f in _fit_row_fits(r):
+                w = _fit_features(f, int(r["seeds"]), int(r["d"]), int(r["D"]), int(r["d"]) + int(r["D"]), None)
+                feats = [a + b for a, b in zip(feats, w)]
+            X.append(feats)
+            y.append(max(float(r["seconds"]), 1e-3))
+        per_method[method] = _nnls_relative(X, y)
+    coeffs["transfer_fit"] = per_method
+    coeffs = _rounded(coeffs)
+    global _COEFFS
+    saved, _COEFFS = _COEFFS, coeffs          # the job model below predicts fits with the new coefficients
+    try:
+        X, y, mem = [], [], []
+        for r in read_table(data / "transfer.tsv"):
+            spec, transfer, methods, sizes, seeds = _tr_row(r)
+            fits_s, draws, gl, _ = _transfer_parts(spec, transfer, methods, sizes, seeds)
+            X.append([1.0, fits_s, draws, float(gl)])
+            y.append(float(r["user_s"]) + float(r["sys_s"]))
+            mem.append((describe_transfer(spec, transfer, methods, sizes, seeds)["mem_bytes"] / 2**20,
+                        float(r["max_rss_mb"])))
+        j0, j1, jd, jgl = _nnls_relative(X, y) if X else (0.0, 1.0, 0.0, 0.0)
+        t0, t1 = _nnls_relative([[1.0, b] for b, _ in mem], [v for _, v in mem]) if mem else (0.0, 0.0)
+    finally:
+        _COEFFS = saved
+    coeffs["transfer_job"] = {"j0_s": j0, "j1": j1, "s_per_draw": jd, "group_lasso_compile_s": jgl,
+                              "m0_mb": t0, "m1": t1}
+    return _rounded(coeffs)
+
+
+def _rounded(obj):
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rounded(v) for v in obj]
+    return _sig(obj) if isinstance(obj, float) else obj
+
+
+def write_coefficients(coeffs: dict, path: Path = COEFFS_PATH) -> None:
+    import yaml
+    header = ("# Fitted by groupsparse.costs.fit from benchmarks/costs/*.tsv: do not edit by hand\n"
+              "# (tests/test_costs.py checks this file equals a refit). Refit with\n"
+              "#   python benchmarks/measure_costs.py --refit\n"
+              "# Units: seconds of CPU time on one thread, MB of peak resident memory; see costs.py.\n")
+    Path(path).write_text(header + yaml.safe_dump(coeffs, sort_keys=True))
+    global _COEFFS
+    _COEFFS = None
+
+
+def measured_vs_predicted(data: Path = DEFAULT_DATA) -> list[dict]:
+    """Every measured job with the model's prediction: table, name, quantity, measured, predicted."""
+    data = Path(data)
+    c = coefficients()
+    out = []
+    for r in read_table(data / "pretrain.tsv"):
+        p = _pre_row(r)
+        out.append({"table": "pretrain", "name": r["name"], "what": "cpu_s", "measured": p["cpu_s"],
+                    "predicted": _pretrain_cpu_s(p, c), "load1": float(r["load1_before"])})
+        out.append({"table": "pretrain", "name": r["name"], "what": "mem_mb", "measured": p["mem_mb"],
+                    "predicted": _pretrain_mem_mb(p, c), "load1": float(r["load1_before"])})
+    for r in read_table(data / "transfer.tsv"):
+        spec, transfer, methods, sizes, seeds = _tr_row(r)
+        cost = transfer_cost(spec, transfer, methods, sizes, seeds, "cpu")
+        out.append({"table": "transfer", "name": r["name"], "what": "cpu_s",
+                    "measured": float(r["user_s"]) + float(r["sys_s"]), "predicted": cost.cpu_s,
+                    "load1": float(r["load1_before"])})
+        out.append({"table": "transfer", "name": r["name"], "what": "mem_mb", "measured": float(r["max_rss_mb"]),
+                    "predicted": cost.mem_mb, "load1": float(r["load1_before"])})
+    for r in read_table(data / "transfer_fits.tsv"):
+        m = int(r["d"]) + int(r["D"])
+        pred = sum(fit_seconds(f, int(r["seeds"]), int(r["d"]), int(r["D"]), m) for f in _fit_row_fits(r))
+        out.append({"table": "transfer_fits", "name": f"{r['name']}:{r['downstream']}:{r['method']}:n={r['n']}",
+                    "what": "seconds", "measured": float(r["seconds"]), "predicted": pred, "load1": float("nan")})
+    return out
+
+
+def report(data: Path = DEFAULT_DATA) -> str:
+    rows = measured_vs_predicted(data)
+    lines = [f"{'table':<14} {'name':<40} {'what':<8} {'measured':>10} {'predicted':>10} {'ratio':>6} {'load1':>5}"]
+    for r in rows:
+        if r["table"] == "transfer_fits":
+            continue
+        lines.append(f"{r['table']:<14} {r['name']:<40} {r['what']:<8} {r['measured']:>10.1f} "
+                     f"{r['predicted']:>10.1f} {r['predicted'] / r['measured']:>6.2f} {r['load1']:>5.2f}")
+    fits = [r["predicted"] / r["measured"] for r in rows if r["table"] == "transfer_fits" and r["measured"] >= 0.05]
+    if fits:
+        lines.append(f"transfer_fits: {len(fits)} lines >= 0.05 s, predicted/measured from {min(fits):.2f} "
+                     f"to {max(fits):.2f}")
+    return "\n".join(lines)
