@@ -14,7 +14,7 @@ tokens of width m (= d + D with concatenated positions) over D positions, L laye
     flops  = S L D m (m + D) (4 T B + 2 R E)            (the dense formula's GEMM count)
     draws  = S T B D d                                   (Gaussian numbers drawn)
     cpu_s  = c0 + path * (c_flop[dtype] * flops + c_draw * draws)
-    mem_mb = m0 + m_p * S bytes(dtype) (E D (m + D) + B D d) / 2^20          (alive all run)
+    mem_mb = m0 + m_img [image task] + m_p * S bytes(dtype) (E D (m + D) + B D d) / 2^20          (alive all run)
                 + m_t * k L bytes(dtype) B D (m + D) / 2^20                (one step's temporaries)
 
 with k = min(S, threads) seeds computed at once by the fast kernel (all S under autograd).
@@ -35,6 +35,8 @@ of predicting on the train and test sets), then::
 
     cpu_s  = j0 + j1 * sum(fit_s) + j_gl * [group_lasso in the job]   (numba compilation)
     mem_mb = t0 + t1 * S (test_size + max n) D (d + m) 8 / 2^20
+             + t_sk [logreg or group_lasso in the job] + t_gl [group_lasso in the job]
+             + t_net [mlp or std_transformer in the job]
 
 GPU: no GPU measurement exists; a cuda job is estimated from its FLOPs at an assumed
 sustained throughput plus a per-step launch overhead (``GPU_ASSUMPTIONS``), and every such
@@ -114,7 +116,8 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     m, L = _token_width(model, d, D), model.get("layers", 1)
     R = record_count(p["steps"], p["record_every"], p.get("attention_checkpoints", 6))
     per_sample = L * D * m * (m + D)
-    return {"job": "pretrain", "d": d, "D": D, "m": m, "layers": L, "seeds": seeds, "steps": p["steps"],
+    return {"job": "pretrain", "kind": t.get("kind", "synthetic"), "d": d, "D": D, "m": m, "layers": L,
+            "seeds": seeds, "steps": p["steps"],
             "batch": p["batch"], "eval_size": p["eval_size"], "records": R, "dtype": spec.get("dtype", "float32"),
             "path": _path(spec),
             "flops": seeds * per_sample * (4 * p["steps"] * p["batch"] + 2 * R * p["eval_size"]),
@@ -254,7 +257,8 @@ def _pretrain_cpu_s(f: dict, c: dict) -> float:
 
 def _pretrain_mem_mb(f: dict, c: dict) -> float:
     p = c["pretrain"]
-    return p["m0_mb"] + p["m_persistent"] * f["persistent_bytes"] / 2**20 + p["m_transient"] * f["transient_bytes"] / 2**20
+    return (p["m0_mb"] + p["m_images_mb"] * (f["kind"] == "images") + p["m_persistent"] * f["persistent_bytes"] / 2**20
+            + p["m_transient"] * f["transient_bytes"] / 2**20)
 
 
 def pretrain_cost(spec: dict, seeds: int, device: str | None = None, threads: int = 1) -> Cost:
@@ -303,6 +307,19 @@ def _transfer_parts(spec: dict, transfer: dict, methods, sizes, seeds: int) -> t
     return total, draws, "group_lasso" in methods, gpu
 
 
+def _transfer_mem_features(f: dict, methods) -> list[float]:
+    """[1, data MB, scikit-learn loaded, skglm/numba loaded, torch nets trained]: the libraries'
+    code and the nets' autograd state count."""
+    return [1.0, f["mem_bytes"] / 2**20, float(any(m in ("logreg", "group_lasso") for m in methods)),
+            float("group_lasso" in methods), float(any(m in ("mlp", "std_transformer") for m in methods))]
+
+
+def _transfer_mem_mb(c: dict, f: dict, methods) -> float:
+    tj = c["transfer_job"]
+    k = [tj["m0_mb"], tj["m1"], tj["m_sklearn_mb"], tj["m_group_lasso_mb"], tj["m_nets_mb"]]
+    return sum(a * x for a, x in zip(k, _transfer_mem_features(f, methods)))
+
+
 def _transfer_job_s(c: dict, fits_s: float, draws: float, gl: bool) -> float:
     j = c["transfer_job"]
     return j["j0_s"] + j["j1"] * fits_s + j["s_per_draw"] * draws + (j["group_lasso_compile_s"] if gl else 0.0)
@@ -317,8 +334,7 @@ def transfer_cost(spec: dict, transfer: dict, methods, sizes, seeds: int, device
     fits_s, draws, gl, gpu_fits = _transfer_parts(spec, transfer, methods, sizes, seeds)
     cpu = _transfer_job_s(c, fits_s, draws, gl)
     f = describe_transfer(spec, transfer, methods, sizes, seeds)
-    tj = c["transfer_job"]
-    mem = tj["m0_mb"] + tj["m1"] * f["mem_bytes"] / 2**20
+    mem = _transfer_mem_mb(c, f, methods)
     device = device or spec.get("device", "cpu")
     if device == "cuda":
         wall = GPU_ASSUMPTIONS["startup_s"] + _transfer_job_s(c, gpu_fits, draws, gl) - tj["j0_s"]
@@ -437,7 +453,7 @@ def _pre_row(r: dict) -> dict:
     """Features of a measured pretraining row, recomputed from its raw sizes."""
     d, D, m, L, S = (int(r[k]) for k in ("d", "D", "m", "layers", "seeds"))
     T, B, E, R = (int(r[k]) for k in ("steps", "batch", "eval_size", "records"))
-    return {"dtype": r["dtype"], "path": r["path"],
+    return {"dtype": r["dtype"], "path": r["path"], "kind": r.get("kind") or "synthetic",
             "flops": S * L * D * m * (m + D) * (4 * T * B + 2 * R * E), "draws": S * T * B * D * d,
             **_pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, r["path"]),
             "cpu_s": float(r["user_s"]) + float(r["sys_s"]), "mem_mb": float(r["max_rss_mb"])}
@@ -454,6 +470,15 @@ def _tr_row(r: dict) -> tuple[dict, dict, list[str], list[int], int]:
     transfer = {"test_size": int(r["test_size"]), "downstream": r["downstream"].split(","),
                 "selection": r["selection"], "cv_folds": int(r["cv_folds"])}
     return spec, transfer, r["methods"].split(","), [int(x) for x in r["sizes"].split(",")], int(r["seeds"])
+
+
+def _fit_lines(data: Path) -> list[dict]:
+    """transfer_fits.tsv with ``cpu_seconds``: a line's wall seconds times its job's CPU/wall
+    ratio (the lines are timed by the wall clock, which a loaded machine stretches)."""
+    ratio = {r["name"]: (float(r["user_s"]) + float(r["sys_s"])) / float(r["wall_s"])
+             for r in read_table(data / "transfer.tsv")}
+    return [r | {"cpu_seconds": float(r["seconds"]) * min(1.0, ratio[r["name"]])}
+            for r in read_table(data / "transfer_fits.tsv") if r["name"] in ratio]
 
 
 def _nnls_relative(X, y):
@@ -483,12 +508,12 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
                   for p in pre if p["path"] == path]
         if ratios:
             factors[path] = max(statistics.median(ratios), 0.1)
-    m0, mp, mt = _nnls_relative([[1.0, p["persistent_bytes"] / 2**20, p["transient_bytes"] / 2**20] for p in pre],
-                                [p["mem_mb"] for p in pre])
-    coeffs: dict[str, Any] = {"pretrain": base | {"path_factor": factors, "m0_mb": m0, "m_persistent": mp,
-                                                  "m_transient": mt}}
+    m0, mi, mp, mt = _nnls_relative([[1.0, float(p["kind"] == "images"), p["persistent_bytes"] / 2**20,
+                                      p["transient_bytes"] / 2**20] for p in pre], [p["mem_mb"] for p in pre])
+    coeffs: dict[str, Any] = {"pretrain": base | {"path_factor": factors, "m0_mb": m0, "m_images_mb": mi,
+                                                  "m_persistent": mp, "m_transient": mt}}
 
-    fits_rows = read_table(data / "transfer_fits.tsv")
+    fits_rows = _fit_lines(data)
     per_method = {}
     for method in TRANSFER_METHODS:
         rows = [r for r in fits_rows if r["method"] == method]
@@ -501,7 +526,7 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
                 w = _fit_features(f, int(r["seeds"]), int(r["d"]), int(r["D"]), int(r["d"]) + int(r["D"]), None)
                 feats = [a + b for a, b in zip(feats, w)]
             X.append(feats)
-            y.append(max(float(r["seconds"]), 1e-3))
+            y.append(max(r["cpu_seconds"], 1e-3))
         per_method[method] = _nnls_relative(X, y)
     coeffs["transfer_fit"] = per_method
     coeffs = _rounded(coeffs)
@@ -514,14 +539,15 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
             fits_s, draws, gl, _ = _transfer_parts(spec, transfer, methods, sizes, seeds)
             X.append([1.0, fits_s, draws, float(gl)])
             y.append(float(r["user_s"]) + float(r["sys_s"]))
-            mem.append((describe_transfer(spec, transfer, methods, sizes, seeds)["mem_bytes"] / 2**20,
+            mem.append((_transfer_mem_features(describe_transfer(spec, transfer, methods, sizes, seeds), methods),
                         float(r["max_rss_mb"])))
         j0, j1, jd, jgl = _nnls_relative(X, y) if X else (0.0, 1.0, 0.0, 0.0)
-        t0, t1 = _nnls_relative([[1.0, b] for b, _ in mem], [v for _, v in mem]) if mem else (0.0, 0.0)
+        t0, t1, tsk, tgl, tnet = _nnls_relative([b for b, _ in mem], [v for _, v in mem]) if mem else (0.0,) * 5
     finally:
         _COEFFS = saved
     coeffs["transfer_job"] = {"j0_s": j0, "j1": j1, "s_per_draw": jd, "group_lasso_compile_s": jgl,
-                              "m0_mb": t0, "m1": t1}
+                              "m0_mb": t0, "m1": t1, "m_sklearn_mb": tsk, "m_group_lasso_mb": tgl,
+                              "m_nets_mb": tnet}
     return _rounded(coeffs)
 
 
@@ -563,11 +589,11 @@ def measured_vs_predicted(data: Path = DEFAULT_DATA) -> list[dict]:
                     "load1": float(r["load1_before"])})
         out.append({"table": "transfer", "name": r["name"], "what": "mem_mb", "measured": float(r["max_rss_mb"]),
                     "predicted": cost.mem_mb, "load1": float(r["load1_before"])})
-    for r in read_table(data / "transfer_fits.tsv"):
+    for r in _fit_lines(data):
         m = int(r["d"]) + int(r["D"])
         pred = sum(fit_seconds(f, int(r["seeds"]), int(r["d"]), int(r["D"]), m) for f in _fit_row_fits(r))
         out.append({"table": "transfer_fits", "name": f"{r['name']}:{r['downstream']}:{r['method']}:n={r['n']}",
-                    "what": "seconds", "measured": float(r["seconds"]), "predicted": pred, "load1": float("nan")})
+                    "what": "cpu_seconds", "measured": r["cpu_seconds"], "predicted": pred, "load1": float("nan")})
     return out
 
 
