@@ -85,6 +85,8 @@ POINTS = [
     T("t_d10_D10_neural", "p_d10_D10_s5", "neural", SIZES_4096, 10000),
     T("t_d40_D64_paper", "p_d40_D64_s5_f64", "paper_pretrained", SIZES_4096, 10000),
     T("t_d40_D64_logreg", "p_d40_D64_s5_f64", "logreg", SIZES_4096, 10000),
+    T("t_d20_D20_paper", "p_d20_D20_s5", "paper_pretrained", SIZES_4096, 10000),
+    T("t_d10_D32_linear", "p_d10_D32_s5_f64", "linear", SIZES_4096, 10000),
     T("t_tiny_all", "p_tiny", "all", [8, 32, 128], 500),
     T("t_d10_D10_linear_cv", "p_d10_D10_s3_f64", "linear", [16, 64, 256, 1024], 5000, selection="cv"),
     T("t_d10_D10_paper_cv", "p_d10_D10_s3_f64", "paper_pretrained", [16, 64, 256], 5000, selection="cv"),

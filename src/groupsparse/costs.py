@@ -34,7 +34,8 @@ per seed for scikit-learn fits; ``train_work``/``eval_work``: multiply-adds of t
 of predicting on the train and test sets), then::
 
     cpu_s  = j0 + j1 * sum(fit_s) + j_gl * [group_lasso in the job]   (numba compilation)
-    mem_mb = t0 + t1 * S (test_size + max n) D (d + m) 8 / 2^20
+    mem_mb = t0 + t_x * S (test_size + max n) D d 8 / 2^20           (samples, float64)
+             + t_z * S (test_size + max n) D m 8 / 2^20 [a paper-model method in the job] (tokens)
              + t_sk [logreg or group_lasso in the job] + t_gl [group_lasso in the job]
              + t_net [mlp or std_transformer in the job]
 
@@ -62,13 +63,16 @@ N_LOG_STEPS = 40  # pretrain.N_LOG_STEPS (recording grid)
 # Safety margins of a request over the model's prediction (the fitted scatter: see tests/test_costs.py).
 TIME_MARGIN = 1.5          # runtime request = 1.5 x predicted (+ TIME_FLOOR_MIN)
 TIME_FLOOR_MIN = 5         # minutes added to every runtime request (start-up, file system, scheduler)
+GPU_TIME_MARGIN = 3.0      # a GPU estimate is not a measurement: a wider margin
 MEM_MARGIN = 1.3           # memory request = 1.3 x predicted (+ MEM_FLOOR_MB)
 MEM_FLOOR_MB = 256
 GPU_NOTE = "estimate (no GPU measurement)"
 # Assumed sustained throughput of a data-centre GPU on these small batched GEMMs (well below
 # peak) and the cost of one python-level step (a few kernel launches); stated, not measured.
-GPU_ASSUMPTIONS = {"flops_per_s": {"float32": 5e12, "float64": 2e12}, "step_s": 2e-4, "startup_s": 20.0,
-                   "host_mem_mb": 2500}
+# A pretraining step runs a few hundred small kernels per seed (fastpath.py), ~7 us each to launch;
+# a transfer step (one SGD sample, one minibatch) a few dozen.
+GPU_ASSUMPTIONS = {"flops_per_s": {"float32": 5e12, "float64": 2e12}, "pretrain_seed_step_s": 1.5e-3,
+                   "step_s": 2e-4, "startup_s": 20.0, "host_mem_mb": 2500}
 
 # Transfer defaults mirrored from transfer/spec.py (torch-free copies; a test checks they agree).
 _NET = {"batch": 64, "epochs": 20, "min_steps": 200, "max_steps": 1000}
@@ -203,7 +207,8 @@ def describe_transfer(spec: dict, transfer: dict, methods: list[str], sizes: lis
             "downstream": ",".join(transfer.get("downstream", DOWNSTREAM)),
             "selection": transfer.get("selection", "fixed"), "cv_folds": transfer.get("cv_folds", 3),
             "fits": len(transfer_fits(transfer, methods, sizes)),
-            "mem_bytes": seeds * (test + max(sizes)) * D * (d + m) * 8}
+            "x_bytes": seeds * (test + max(sizes)) * D * d * 8,
+            "z_bytes": seeds * (test + max(sizes)) * D * m * 8 * any(x in PAPER_SGD for x in methods)}
 
 
 # -- coefficients ------------------------------------------------------------------------
@@ -270,9 +275,13 @@ def pretrain_cost(spec: dict, seeds: int, device: str | None = None, threads: in
     device = device or spec.get("device", "cpu")
     if device == "cuda":
         g = GPU_ASSUMPTIONS
-        wall = g["startup_s"] + f["flops"] / g["flops_per_s"][f["dtype"]] + f["python_steps"] * g["step_s"]
+        wall = (g["startup_s"] + f["flops"] / g["flops_per_s"][f["dtype"]]
+                + seeds * f["python_steps"] * g["pretrain_seed_step_s"])
         return Cost(cpu, wall, max(g["host_mem_mb"], c["pretrain"]["m0_mb"]), "cuda", measured=False)
     return Cost(cpu, cpu / _thread_speedup(threads, seeds), mem, "cpu")
+
+
+FIT_TERMS = ("s_per_fit", "s_per_step", "s_per_train_op", "s_per_eval_op")
 
 
 def _fit_features(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None) -> list[float]:
@@ -283,7 +292,7 @@ def _fit_features(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None)
 def fit_seconds(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None = None) -> float:
     """Predicted seconds of one fit (all ``seeds`` at once), on one CPU thread."""
     k = coefficients()["transfer_fit"][fit.method]
-    return sum(a * x for a, x in zip(k, _fit_features(fit, seeds, d, D, m, hp)))
+    return sum(k[name] * x for name, x in zip(FIT_TERMS, _fit_features(fit, seeds, d, D, m, hp)))
 
 
 def _transfer_parts(spec: dict, transfer: dict, methods, sizes, seeds: int) -> tuple[float, float, bool, float]:
@@ -308,15 +317,16 @@ def _transfer_parts(spec: dict, transfer: dict, methods, sizes, seeds: int) -> t
 
 
 def _transfer_mem_features(f: dict, methods) -> list[float]:
-    """[1, data MB, scikit-learn loaded, skglm/numba loaded, torch nets trained]: the libraries'
-    code and the nets' autograd state count."""
-    return [1.0, f["mem_bytes"] / 2**20, float(any(m in ("logreg", "group_lasso") for m in methods)),
+    """[1, data MB, embedded-token MB (paper-model methods), scikit-learn loaded, skglm/numba
+    loaded, torch nets trained]: the libraries' code and the nets' autograd state count."""
+    return [1.0, f["x_bytes"] / 2**20, f["z_bytes"] / 2**20,
+            float(any(m in ("logreg", "group_lasso") for m in methods)),
             float("group_lasso" in methods), float(any(m in ("mlp", "std_transformer") for m in methods))]
 
 
 def _transfer_mem_mb(c: dict, f: dict, methods) -> float:
     tj = c["transfer_job"]
-    k = [tj["m0_mb"], tj["m1"], tj["m_sklearn_mb"], tj["m_group_lasso_mb"], tj["m_nets_mb"]]
+    k = [tj["m0_mb"], tj["m_x"], tj["m_z"], tj["m_sklearn_mb"], tj["m_group_lasso_mb"], tj["m_nets_mb"]]
     return sum(a * x for a, x in zip(k, _transfer_mem_features(f, methods)))
 
 
@@ -337,7 +347,7 @@ def transfer_cost(spec: dict, transfer: dict, methods, sizes, seeds: int, device
     mem = _transfer_mem_mb(c, f, methods)
     device = device or spec.get("device", "cpu")
     if device == "cuda":
-        wall = GPU_ASSUMPTIONS["startup_s"] + _transfer_job_s(c, gpu_fits, draws, gl) - tj["j0_s"]
+        wall = GPU_ASSUMPTIONS["startup_s"] + _transfer_job_s(c, gpu_fits, draws, gl) - c["transfer_job"]["j0_s"]
         return Cost(cpu, wall, mem, "cuda", measured=False)
     return Cost(cpu, cpu, mem, "cpu")   # one fit at a time: threads assumed to give no speedup
 
@@ -346,8 +356,10 @@ def transfer_cost(spec: dict, transfer: dict, methods, sizes, seeds: int, device
 
 def request(cost: Cost) -> dict:
     """Snakemake ``resources`` for a job: runtime (minutes) = TIME_MARGIN x predicted wall +
-    TIME_FLOOR_MIN; mem_mb = MEM_MARGIN x predicted + MEM_FLOOR_MB."""
-    return {"runtime": int(math.ceil(TIME_MARGIN * cost.wall_s / 60 + TIME_FLOOR_MIN)),
+    TIME_FLOOR_MIN (GPU_TIME_MARGIN for an unmeasured GPU estimate); mem_mb = MEM_MARGIN x
+    predicted + MEM_FLOOR_MB."""
+    margin = TIME_MARGIN if cost.measured else GPU_TIME_MARGIN
+    return {"runtime": int(math.ceil(margin * cost.wall_s / 60 + TIME_FLOOR_MIN)),
             "mem_mb": int(math.ceil(MEM_MARGIN * cost.mem_mb + MEM_FLOOR_MB))}
 
 
@@ -527,7 +539,7 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
                 feats = [a + b for a, b in zip(feats, w)]
             X.append(feats)
             y.append(max(r["cpu_seconds"], 1e-3))
-        per_method[method] = _nnls_relative(X, y)
+        per_method[method] = dict(zip(FIT_TERMS, _nnls_relative(X, y)))
     coeffs["transfer_fit"] = per_method
     coeffs = _rounded(coeffs)
     global _COEFFS
@@ -542,11 +554,11 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
             mem.append((_transfer_mem_features(describe_transfer(spec, transfer, methods, sizes, seeds), methods),
                         float(r["max_rss_mb"])))
         j0, j1, jd, jgl = _nnls_relative(X, y) if X else (0.0, 1.0, 0.0, 0.0)
-        t0, t1, tsk, tgl, tnet = _nnls_relative([b for b, _ in mem], [v for _, v in mem]) if mem else (0.0,) * 5
+        t0, tx, tz, tsk, tgl, tnet = _nnls_relative([b for b, _ in mem], [v for _, v in mem]) if mem else (0.0,) * 6
     finally:
         _COEFFS = saved
     coeffs["transfer_job"] = {"j0_s": j0, "j1": j1, "s_per_draw": jd, "group_lasso_compile_s": jgl,
-                              "m0_mb": t0, "m1": t1, "m_sklearn_mb": tsk, "m_group_lasso_mb": tgl,
+                              "m0_mb": t0, "m_x": tx, "m_z": tz, "m_sklearn_mb": tsk, "m_group_lasso_mb": tgl,
                               "m_nets_mb": tnet}
     return _rounded(coeffs)
 
