@@ -355,11 +355,12 @@ def transfer_cost(spec: dict, transfer: dict, methods, sizes, seeds: int, device
 # -- requests for the scheduler ----------------------------------------------------------
 
 def request(cost: Cost) -> dict:
-    """Snakemake ``resources`` for a job: runtime (minutes) = TIME_MARGIN x predicted wall +
-    TIME_FLOOR_MIN (GPU_TIME_MARGIN for an unmeasured GPU estimate); mem_mb = MEM_MARGIN x
-    predicted + MEM_FLOOR_MB."""
-    margin = TIME_MARGIN if cost.measured else GPU_TIME_MARGIN
-    return {"runtime": int(math.ceil(margin * cost.wall_s / 60 + TIME_FLOOR_MIN)),
+    """Snakemake ``resources`` for a job: runtime (minutes) = TIME_MARGIN x predicted one-thread
+    CPU time + TIME_FLOOR_MIN on a CPU (the thread speed-up is not measured, so a request
+    assumes none), GPU_TIME_MARGIN x the GPU estimate on cuda; mem_mb = MEM_MARGIN x predicted
+    + MEM_FLOOR_MB."""
+    seconds, margin = (cost.cpu_s, TIME_MARGIN) if cost.measured else (cost.wall_s, GPU_TIME_MARGIN)
+    return {"runtime": int(math.ceil(margin * seconds / 60 + TIME_FLOOR_MIN)),
             "mem_mb": int(math.ceil(MEM_MARGIN * cost.mem_mb + MEM_FLOOR_MB))}
 
 
@@ -383,10 +384,16 @@ def run_key(run) -> str:
     return f"tasks.{run.name}"
 
 
-def check_memory(runs: dict, limit_mb: float | None = None, declared: dict | None = None) -> list[str]:
+# A node most partitions offer; the workflow may pass its own (a config key) instead.
+DEFAULT_MEM_LIMIT_MB = 64_000
+
+
+def check_memory(runs: dict, limit_mb: float | None = DEFAULT_MEM_LIMIT_MB,
+                 declared: dict | None = None) -> list[str]:
     """Jobs whose estimated memory exceeds ``limit_mb`` or their declared mem_mb: one line each.
 
-    ``runs``: study.expand's result; ``declared``: optional {("pretrain"|"transfer", run): mem_mb}.
+    ``runs``: study.expand's result; ``limit_mb``: None for no limit; ``declared``: optional
+    {("pretrain"|"transfer", run): mem_mb}. Fast (milliseconds for the scaling study).
     The estimate is the model's prediction without margin, so a refusal is a job that the
     model expects to need more, not one that merely requests more.
     """

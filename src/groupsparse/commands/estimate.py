@@ -55,7 +55,8 @@ def run(args) -> int:
     dev_col = "GPU-h*" if gpu else "wall-h"
     print(f"study {args.configfile}: {len(runs)} runs, device {device}; times are predictions of "
           f"groupsparse.costs (fitted to benchmarks/costs/*.tsv), requests add the margins "
-          f"({costs.TIME_MARGIN}x time + {costs.TIME_FLOOR_MIN} min, {costs.MEM_MARGIN}x memory + {costs.MEM_FLOOR_MB} MB)",
+          f"({costs.TIME_MARGIN}x one-thread CPU time, {costs.GPU_TIME_MARGIN}x a GPU estimate, + {costs.TIME_FLOOR_MIN} min; "
+          f"{costs.MEM_MARGIN}x memory + {costs.MEM_FLOOR_MB} MB)",
           file=out)
     if args.per_run:
         groups = [((r["rule"], r["run"]), [r]) for r in rows]
