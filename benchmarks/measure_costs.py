@@ -174,6 +174,10 @@ def measure(point: dict) -> tuple[dict, list[dict]]:
     return row, fits
 
 
+# derived from the sizes by groupsparse.costs (recomputed at every fit), so not stored
+DERIVED = {"flops", "draws", "python_steps", "persistent_bytes", "transient_bytes", "x_bytes", "z_bytes"}
+
+
 def read_tsv(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -193,7 +197,8 @@ def write_tsv(path: Path, rows: list[dict]) -> None:
 
 
 def replace_rows(path: Path, name: str, new: list[dict]) -> None:
-    rows = [r for r in read_tsv(path) if r["name"] != name] + new
+    rows = [r for r in read_tsv(path) if r["name"] != name] + [{k: v for k, v in r.items() if k not in DERIVED}
+                                                                for r in new]
     write_tsv(path, rows)
 
 
