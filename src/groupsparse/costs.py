@@ -27,13 +27,18 @@ transfer, one job = a method group x sample sizes x downstream tasks for S seeds
 cost is the sum over the *fits it performs* (one per (downstream, n, method), plus
 folds x grid points when ``selection: cv``) of a per-method fit cost, each::
 
-    fit_s = a_method * steps + b_method * train_work + e_method * eval_work
+    fit_s = f_method + a_method * steps + b_method * train_work + e_method * eval_work
 
 (``steps``: python-level steps, e.g. one per sample for online SGD, per minibatch for nets,
 per seed for scikit-learn fits; ``train_work``/``eval_work``: multiply-adds of training and
 of predicting on the train and test sets), then::
 
-    cpu_s  = j0 + j1 * sum(fit_s) + j_gl * [group_lasso in the job]   (numba compilation)
+    cpu_s  = j0 + j1 * sum(fit_s) + j_draw * S (test + sum n) D d x downstream tasks
+             + j_gl * [group_lasso in the job]                           (numba compilation)
+
+(the lines a transfer log prints per (downstream, n, method) are wall-clock; the fit uses them
+times their job's CPU/wall ratio, and leaves out a method's first fit in a job, whose one-time
+import and warm-up cost j0 carries)
     mem_mb = t0 + t_x * S (test_size + max n) D d 8 / 2^20           (samples, float64)
              + t_z * S (test_size + max n) D m 8 / 2^20 [a paper-model method in the job] (tokens)
              + t_sk [logreg or group_lasso in the job] + t_gl [group_lasso in the job]
