@@ -56,7 +56,7 @@ def set_threads(n: int) -> None:
 
 # Each module in groupsparse.commands has register(subparsers) adding its subcommand.
 COMMANDS = ("pretrain", "transfer", "check_tables", "aggregate", "plot", "summary", "scaling", "image_figures",
-            "snapshot", "status")
+            "snapshot", "status", "estimate")
 
 
 def build_parser() -> argparse.ArgumentParser:
