@@ -135,6 +135,8 @@ def test_sections_generated_from_the_schema_are_refused_or_planned(section, tmp_
     (lambda c: c["ablations"]["analysis"].__setitem__("baseline", "ablation_nothing"), "ablations.analysis.baseline"),
     (lambda c: c["scaling"]["analysis"].__setitem__("methods", ["mlp"]), "scaling.analysis.methods[0]"),
     (lambda c: c["ablations"]["analysis"].__setitem__("sizes", [9]), "ablations.analysis.sizes[0]"),
+    (lambda c: c["tasks"]["base"]["task"].__setitem__("D", 100000), "task.D = 100000"),  # ~90 TB: the cost model
+    (lambda c: c["transfer"].__setitem__("test_size", 10**9), "transfer.test_size = 1000000000"),
 ])
 def test_the_audits_examples_are_refused_naming_the_key(mutate, key, tmp_path):
     cfg = copy.deepcopy(LIVE)

@@ -332,6 +332,11 @@ def _check_study(config, schema, config_files, results) -> dict:
     problems = reference_problems(config, runs)
     if problems:
         raise StudyRefused(f"invalid configuration: {problems[0]}")
+    from .costs import check_memory  # the fitted cost model: absurd sizes stop here, not in a job
+
+    problems = check_memory(runs, limit_mb=(config.get("jobs") or {}).get("max_mem_mb"))
+    if problems:
+        raise StudyRefused(f"cannot run the study: {problems[0]} (jobs.max_mem_mb)")
     where = lambda r: f"tasks.{r}" if runs[r].role == "task" else f"run {r}"  # noqa: E731
     problems = input_problems(runs, where) + [p for p in [results_problem(results)] if p]
     if problems:

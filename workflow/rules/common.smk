@@ -10,7 +10,7 @@ min_version("9.0")
 
 # The package lives in src/; make it importable at parse time even without `pip install -e`.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from groupsparse import io, preflight  # noqa: E402  (torch-free)
+from groupsparse import costs, io, preflight  # noqa: E402  (torch-free)
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
@@ -139,48 +139,17 @@ def figure_files():
     ]
 
 
-# --- resources, scaled with the work a job does ---------------------------------------
+# --- resources: from the one cost model (groupsparse.costs, fitted to measured jobs) ---------
 
 
-def pretrain_work(run):
-    """Multiply-adds of one seed's training, ~ steps x batch x D x (d + D)^2."""
-    s = RUNS[run].spec
-    t, p = s["task"], s["pretrain"]
-    m = t["d"] + t["D"]
-    return p["steps"] * p["batch"] * t["D"] * m * m
-
-
-def pretrain_mem_mb(wildcards):
-    s = RUNS[wildcards.run].spec
-    t, p = s["task"], s["pretrain"]
-    n = len(RUNS[wildcards.run].chunk_seeds(wildcards.chunk))
-    per_seed = (
-        8 * max(p["batch"], p["eval_size"]) * t["D"] * (t["d"] + t["D"]) * 12
-    )  # tokens, scores, grads
-    return 600 + (n * per_seed) // 2**20
-
-
-def pretrain_runtime(wildcards):
-    n = len(RUNS[wildcards.run].chunk_seeds(wildcards.chunk))
-    minutes = (
-        n * pretrain_work(wildcards.run) / 2e9 / 60
-    )  # ~2 GFLOP/s per seed, pessimistic
-    return int(10 + 3 * minutes)
-
-
-def transfer_runtime(wildcards):
+def pretrain_resources(wildcards):
     run = RUNS[wildcards.run]
-    n = len(run.chunk_seeds(wildcards.chunk))
-    return int(15 + n * sum(run.sizes) / 4096 * 4)
+    return costs.pretrain_request(run, wildcards.chunk, config["device"], PRETRAIN_THREADS)
 
 
-def transfer_mem_mb(wildcards):
+def transfer_resources(wildcards):
     run = RUNS[wildcards.run]
-    t = run.spec["task"]
-    test = run.transfer.get("test_size", 10000) if run.transfer else 10000
-    return (
-        1000 + (8 * (test + max(run.sizes)) * t["D"] * (t["d"] + t["D"]) * 20) // 2**20
-    )
+    return costs.transfer_request(run, wildcards.chunk, wildcards.group, config["device"], TRANSFER_THREADS)
 
 
 def transfer_table_files():

@@ -16,8 +16,8 @@ rule pretrain:
         CONDA_ENV
     threads: PRETRAIN_THREADS
     resources:
-        mem_mb=pretrain_mem_mb,
-        runtime=pretrain_runtime,
+        mem_mb=lambda w: pretrain_resources(w)["mem_mb"],
+        runtime=lambda w: pretrain_resources(w)["runtime"],
         gpu=GPU,
     params:
         # resumable state lives outside the declared outputs so a killed job continues

@@ -15,8 +15,8 @@ rule transfer:
         CONDA_ENV
     threads: TRANSFER_THREADS
     resources:
-        mem_mb=transfer_mem_mb,
-        runtime=transfer_runtime,
+        mem_mb=lambda w: transfer_resources(w)["mem_mb"],
+        runtime=lambda w: transfer_resources(w)["runtime"],
         gpu=GPU,
     params:
         methods=lambda w: ",".join(RUNS[w.run].method_groups[w.group]),
