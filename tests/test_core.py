@@ -485,7 +485,7 @@ def test_divergence_is_recorded():
         assert (rows.diverged_step == step).all()
         assert rows.step.max() < step  # nothing is recorded from the non-finite step on
         assert math.isfinite(rows.last_finite_loss.iloc[0])
-    assert all(math.isfinite(x) for x in res.extra["last_finite_loss"])
+    assert all(math.isfinite(x) for x in traj.groupby("seed")["last_finite_loss"].first())
 
 
 def test_cli_divergence_fail_exits_3_and_record_exits_0(tmp_path, capsys):

@@ -423,7 +423,7 @@ def test_diverging_study_finishes_with_diverged_rows_counted_apart(tmp_path):
 
 def _trajectory(statuses: dict[int, str]) -> pd.DataFrame:
     """Two recorded steps per seed; a diverged seed's metrics are NaN and inf (as overflow leaves them)."""
-    from groupsparse.aggregate import FINAL_METRICS
+    from groupsparse.analysis.summary import FINAL_METRICS
 
     rows = []
     for seed, status in statuses.items():
@@ -431,23 +431,23 @@ def _trajectory(statuses: dict[int, str]) -> pd.DataFrame:
             bad = status == "diverged" and step == 10
             rows.append({"run": "r", "task_name": "r", "d": 2, "D": 3, "seed": seed, "step": step,
                          "status": status, "wall_seconds": 1.0,
-                         **{m: (float("nan") if i % 2 else float("inf")) if bad else float(seed + step + i)
-                            for i, m in enumerate(FINAL_METRICS)}})
+                         **{m: (float("nan") if i % 2 else float("inf")) if bad else float(seed + step + i) / 100
+                            for i, m in enumerate(FINAL_METRICS)}})  # / 100: inside every metric's range
     return pd.DataFrame(rows)
 
 
 def test_pretrain_summary_counts_diverged_seeds_apart_and_never_averages_them():
-    from groupsparse.aggregate import FINAL_METRICS, pretrain_summary
+    from groupsparse.analysis.summary import FINAL_METRICS, pretrain_summary
 
     s = pretrain_summary(_trajectory({0: "ok", 1: "diverged", 2: "ok"})).iloc[0]
     assert (s["n_seeds_ok"], s["n_seeds_diverged"]) == (2, 1)
     for i, m in enumerate(FINAL_METRICS):
-        assert s[f"{m}_mean"] == ((0 + 10 + i) + (2 + 10 + i)) / 2, m  # seeds 0 and 2 only
+        assert s[f"{m}_mean"] == pytest.approx(((0 + 10 + i) + (2 + 10 + i)) / 200), m  # seeds 0 and 2 only
         assert s[f"{m}_ci_low"] <= s[f"{m}_mean"] <= s[f"{m}_ci_high"]
 
 
 def test_transfer_summary_counts_skipped_and_diverged_rows_apart():
-    from groupsparse.aggregate import transfer_summary
+    from groupsparse.analysis.summary import transfer_summary
 
     nan = float("nan")
     rows = [{"run": "r", "task_name": "r", "downstream": "transfer", "method": "m", "n": 8, "seed": s,
@@ -461,7 +461,7 @@ def test_transfer_summary_counts_skipped_and_diverged_rows_apart():
 
 
 def test_pretrain_figures_mark_diverged_seeds_red_with_an_x(tmp_path, monkeypatch):
-    from groupsparse import plots
+    from groupsparse.figures import runs as plots
 
     figures = {}
     real_save = plots.save
@@ -578,7 +578,7 @@ def _transfer(spec, checkpoint: Path, out: Path) -> subprocess.CompletedProcess:
 def test_transfer_rows_name_their_run_so_runs_sharing_a_task_never_merge(small_checkpoint, tmp_path):
     """Ablation runs share their base task's data (same task_name); without the run's name in
     every transfer row, the summary would silently average different models together."""
-    from groupsparse.aggregate import transfer_summary
+    from groupsparse.analysis.summary import transfer_summary
     from groupsparse.specs import RunSpec
 
     _, spec = small_checkpoint

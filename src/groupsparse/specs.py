@@ -29,6 +29,7 @@ ON_DIVERGE = ("record", "fail")
 GRADIENTS = ("auto", "closed_form", "autograd")
 TASK_KINDS = ("synthetic", "images")
 REDUCTIONS = ("none", "pool", "pca")
+ROLES = ("task", "scaling", "ablation")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 # dataset -> (channels, height, width, class names); digits is scikit-learn's bundled 8x8 set
 IMAGE_DATASETS = {
@@ -264,6 +265,8 @@ class RunSpec:
     dtype: str = "float32"
     device: str = "cpu"
     run_name: str = ""                # the run (task, scaling point or ablation); defaults to task_name
+    role: str = "task"                # task | scaling | ablation: written to every table the run's jobs write
+    variant: str = ""                 # the ablation variant's name ("none" for the ablations' baseline)
 
     @property
     def run(self) -> str:
@@ -272,7 +275,8 @@ class RunSpec:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "RunSpec":
         raw = dict(raw)
-        allowed = {"study_seed", "task_name", "task", "model", "pretrain", "dtype", "device", "run_name"}
+        allowed = {"study_seed", "task_name", "task", "model", "pretrain", "dtype", "device", "run_name", "role",
+                   "variant"}
         unknown = sorted(set(raw) - allowed)
         _check(not unknown, unknown[0] if unknown else "", f"unknown key; allowed: {', '.join(sorted(allowed))}")
         _check(isinstance(raw.get("study_seed"), int), "study_seed", "must be an integer")
@@ -287,7 +291,10 @@ class RunSpec:
             dtype=raw.get("dtype", "float32"),
             device=raw.get("device", "cpu"),
             run_name=raw.get("run_name", ""),
+            role=raw.get("role", "task"),
+            variant=raw.get("variant", ""),
         )
+        _choice(spec.role, ROLES, "role")
         _choice(spec.dtype, DTYPES, "dtype")
         _choice(spec.device, DEVICES, "device")
         _check(spec.task.kind != "images" or spec.pretrain.sampling == "iid", "pretrain.sampling",
@@ -299,9 +306,11 @@ class RunSpec:
         return asdict(self)
 
     def science_hash(self) -> str:
-        """Hash of what determines the numbers (device excluded: the same run on cuda is comparable)."""
+        """Hash of what determines the numbers (device excluded: the same run on cuda is comparable;
+        role and variant excluded: labels, implied by the run name)."""
         d = self.to_dict()
-        d.pop("device")
+        for key in ("device", "role", "variant"):
+            d.pop(key)
         return config_hash(d)
 
 

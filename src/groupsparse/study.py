@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .specs import ConfigError, RunSpec, config_hash
+from .specs import ConfigError, RunSpec
+from .transfer.spec import METHODS, TransferSpec
 
 TRANSFER_JOB_KEYS = ("enabled", "methods", "sizes", "method_groups")
 
@@ -68,15 +69,7 @@ def _check_sizes(sizes: list[int], where: str, max_n: int | None) -> None:
         raise ConfigError(f"{where}.sizes: {sizes[-1]} exceeds transfer.max_n = {max_n}")
 
 
-def _known_methods() -> tuple[str, ...] | None:
-    try:
-        from .transfer.spec import METHODS
-    except ImportError:
-        return None
-    return tuple(METHODS)
-
-
-def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Run:
+def _make_run(config: dict, name: str, entry: dict, role: str, where: str, variant: str = "") -> Run:
     pre = deep_merge(config.get("pretrain", {}), entry.get("pretrain"))
     seeds, per_job = pre.pop("seeds", 5), pre.pop("seeds_per_job", 5)
     spec_dict = {
@@ -88,6 +81,8 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
         "dtype": entry.get("dtype") or config.get("dtype", "float32"),
         "device": config.get("device", "cpu"),
         "run_name": name,
+        "role": role,
+        "variant": variant,
     }
     try:
         spec = RunSpec.from_dict(spec_dict)
@@ -110,22 +105,15 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
         ungrouped = sorted(set(run.methods) - set(grouped))
         if ungrouped:
             raise ConfigError(f"{where}.transfer.method_groups: methods {ungrouped} are in no group")
-        known = _known_methods()
-        if known is not None:
-            bad = [m for m in run.methods if m not in known]
-            if bad:
-                raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(known)}")
+        bad = [m for m in run.methods if m not in METHODS]
+        if bad:
+            raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(METHODS)}")
         run.transfer = {k: v for k, v in tr.items() if k not in TRANSFER_JOB_KEYS}
         _check_sizes(run.sizes, f"{where}.transfer", run.transfer.get("max_n"))
         try:
-            from .transfer.spec import TransferSpec
-        except ImportError:
-            TransferSpec = None
-        if TransferSpec is not None:
-            try:
-                TransferSpec.from_dict(run.transfer)  # its messages already start with "transfer."
-            except ConfigError as exc:
-                raise _prefixed(where, exc) from None
+            TransferSpec.from_dict(run.transfer)  # its messages already start with "transfer."
+        except ConfigError as exc:
+            raise _prefixed(where, exc) from None
     return run
 
 
@@ -164,14 +152,11 @@ def expand(config: dict) -> dict[str, Run]:
                 "transfer": ablations.get("transfer", {"enabled": False}),
                 "dtype": ablations.get("dtype"),
             }
-            runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}")
+            runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}", vname)
         # the reference point of the ablations: the base task under the ablations' own budget
         ref = {"data_identity": base_name, "task": base_entry.get("task", {}),
                "pretrain": ablations.get("pretrain"), "transfer": ablations.get("transfer", {"enabled": False}),
                "dtype": ablations.get("dtype")}
-        runs["ablation_none"] = _make_run(config, "ablation_none", ref, "ablation", "ablations")
+        runs["ablation_none"] = _make_run(config, "ablation_none", ref, "ablation", "ablations", "none")
     return runs
 
-
-def study_hash(config: dict) -> str:
-    return config_hash(config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..cli import EXIT_DIVERGED, load_spec_arg, parse_seeds, set_threads
+from ._args import EXIT_DIVERGED, load_spec_arg, parse_seeds, set_threads
 
 
 def register(sub) -> None:
@@ -42,6 +42,9 @@ def run(args) -> int:
     prov = io.provenance(spec.science_hash(), spec.device, seeds=args.seeds, resumed_from_step=res.resumed_from_step,
                          wall_seconds=res.wall_seconds, spec=spec.to_dict())
     res.trajectory["wall_seconds"] = res.wall_seconds
+    for table in (res.trajectory, res.attention):  # the run's role and varied settings, as columns
+        table.insert(1, "role", spec.role)
+        table.insert(2, "variant", spec.variant)
     io.write_parquet(res.trajectory, args.trajectory, prov)
     io.write_parquet(res.attention, args.attention, prov)
     diverged = [(s, st) for s, st in zip(args.seeds, res.diverged_step) if st >= 0]

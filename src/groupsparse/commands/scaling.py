@@ -40,7 +40,8 @@ def register(sub) -> None:
                                        "tabulate ablations; write the claims table with verdicts")
     p.add_argument("--trajectories", nargs="+", required=True, metavar="[RUN=]PATH",
                    help="pretraining trajectory tables; RUN= names the run (else the table's run column, "
-                        "else its task_name). Scaling runs are named scale_*, ablations ablation_*")
+                        "else its task_name). Each table's role column says which runs are scaling points "
+                        "and which ablations")
     p.add_argument("--transfer", nargs="*", default=[], metavar="[RUN=]PATH", help="transfer tables, named as above")
     p.add_argument("--out-claims", required=True, help="output Parquet: claim, prediction, measured, interval, verdict")
     p.add_argument("--out-claims-csv", default=None, help="also write the claims as CSV (for the report)")
@@ -95,21 +96,25 @@ def read_named(specs: list[str], what: str):
 def run(args) -> int:
     from dataclasses import asdict
 
-    from .. import io, scaling, scaling_figures
+    from .. import io
+    from ..analysis.claims import analyse
+    from ..analysis.scaling_laws import Settings
+    from ..analysis.stats import CONFIDENCE, VERDICT_RULE
+    from ..figures import scaling as scaling_figures
     from ..specs import config_hash
 
     if args.n_boot < 100:
-        raise io.InputError(f"--n-boot: need at least 100 resamples for a {scaling.CONFIDENCE:.0%} interval, "
+        raise io.InputError(f"--n-boot: need at least 100 resamples for a {CONFIDENCE:.0%} interval, "
                             f"got {args.n_boot}")
-    settings = scaling.Settings(
+    settings = Settings(
         thresholds=args.thresholds, loss_target=args.loss_target, accuracy_targets=args.accuracy_targets,
         methods=args.methods, downstream=args.downstream, near_one=args.near_one, baseline=args.baseline,
         ablation_sizes=args.ablation_sizes, n_boot=args.n_boot, study_seed=args.study_seed)
     traj, traj_inputs = read_named(args.trajectories, "trajectory")
     transfer, transfer_inputs = read_named(args.transfer, "transfer") if args.transfer else (None, {})
-    analysis = scaling.analyse(traj, transfer, settings)
+    analysis = analyse(traj, transfer, settings)
     prov = io.provenance(config_hash(asdict(settings)), "cpu", settings=asdict(settings),
-                         inputs=traj_inputs | transfer_inputs, verdict_rule=scaling.VERDICT_RULE)
+                         inputs=traj_inputs | transfer_inputs, verdict_rule=VERDICT_RULE)
     io.write_parquet(analysis.claims, args.out_claims, prov)
     if args.out_claims_csv:  # the HTML report renders CSV as a table
         io.write_text_atomic(args.out_claims_csv, analysis.claims.to_csv(index=False, float_format="%.6g"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import load_spec_arg, set_threads
+from ._args import load_spec_arg, set_threads
 
 
 def parse_names(text: str) -> list[str]:
@@ -70,6 +70,8 @@ def run(args) -> int:
                          run_science_hash=run_spec.science_hash(), wall_seconds=res.wall_seconds,
                          seconds_per_method=res.seconds_per_method,
                          group_lasso_compile_seconds=res.group_lasso_compile_seconds, threads=args.threads)
+    res.table.insert(1 if "run" in res.table else 0, "role", run_spec.role)  # the run's role and variant, as columns
+    res.table.insert(2 if "run" in res.table else 1, "variant", run_spec.variant)
     io.write_parquet(res.table, args.out, prov)
     summary = res.table.groupby(["downstream", "method", "n"])["test_accuracy"].mean().unstack("n")
     print(summary.round(3).to_string(), flush=True)

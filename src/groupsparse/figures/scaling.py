@@ -12,28 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import io
-from .scaling import CONFIDENCE, Analysis, FitRecord
-
-FIGURES = ("convergence_time", "attention_concentration", "sample_complexity", "ablations")
-
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def save(fig, directory: Path, name: str) -> list[Path]:
-    paths = []
-    for fmt in ("png", "pdf"):
-        path = directory / f"{name}.{fmt}"
-        with io.atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight")
-        paths.append(path)
-    _plt().close(fig)
-    return paths
+from ..analysis.claims import Analysis
+from ..analysis.scaling_laws import FitRecord
+from ..analysis.stats import CONFIDENCE
+from . import pyplot as _plt
+from . import save
 
 
 def _empty(title: str, why: str):
@@ -118,7 +101,7 @@ def _title(rec: FitRecord) -> str:
 
 def convergence_figure(records: list[FitRecord]):
     if not records:
-        return _empty("steps to threshold vs D", "no scaling runs (run names starting with the scale prefix)")
+        return _empty("steps to threshold vs D", "no runs with role scaling")
     fig, axes = _grid(len(records))
     for ax, rec in zip(axes, records):
         fit_panel(ax, rec, x_exp=True, y_exp=True, theory_slope=3.0, x_label="D (groups)", y_label="steps T")

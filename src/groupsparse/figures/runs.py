@@ -5,16 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+from . import pyplot, save
 
-from .io import atomic_path  # noqa: E402
-
-RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters")
-TRANSFER_FIGURES = ("transfer_accuracy",)
+plt = pyplot()
 METHOD_LABELS = {
     "pretrained_finetune": "pretrained, fine-tuned (SGD)",
     "pretrained_frozen_W": "pretrained, W frozen",
@@ -24,17 +19,6 @@ METHOD_LABELS = {
     "mlp": "MLP on vec(X)",
     "std_transformer": "standard 2-layer transformer",
 }
-
-
-def save(fig, outdir: Path, name: str) -> list[Path]:
-    paths = []
-    for ext in ("png", "pdf"):
-        path = Path(outdir) / f"{name}.{ext}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight")
-        paths.append(path)
-    plt.close(fig)
-    return paths
 
 
 def describe(spec: dict | None, run: str) -> str:
@@ -143,7 +127,7 @@ def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
                 ax.plot(bad["n"], bad["mean_test_accuracy"].fillna(0.5), "x", color="tab:red", ms=7)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training samples n (log scale)")
-        ax.set_ylabel("test accuracy (mean, 95% bootstrap band over seeds)")
+        ax.set_ylabel("test accuracy (mean, 95% t interval over seeds)")
         ax.axhline(0.5, color="gray", ls=":", lw=1)
         ax.set_title("downstream: " + down.replace("_", " "))
         ax.grid(alpha=0.3)
