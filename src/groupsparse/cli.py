@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # known input problems get one clear line, not a traceback
         from .io import InputError
         from .specs import ConfigError
+
         if isinstance(exc, ConfigError):
             print(f"groupsparse {args.command}: bad setting: {exc}", file=sys.stderr)
             return EXIT_CONFIG

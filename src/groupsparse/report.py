@@ -59,12 +59,36 @@ def pretrain_section(tables: Path) -> str:
     ps = ps[ps["role"] == "task"]
     rows = []
     for _, r in ps.iterrows():
-        rows.append([r["run"], f"{r['d']}", f"{r['D']}", f"{r['n_seeds_ok']}/{r['n_seeds_ok'] + r['n_seeds_diverged']}",
-                     f"{r['attention_on_relevant_mean']:.3f} [{r['attention_on_relevant_ci_low']:.3f}, {r['attention_on_relevant_ci_high']:.3f}]",
-                     _fmt(float(r['cos_v1_vstar_mean']), 4), _fmt(float(r['v2_norm_mean']), 3), f"{r['eval_loss_mean']:.4f}",
-                     f"{r['eval_accuracy_mean']:.3f}", f"{r['wall_seconds']:.0f}"])
-    return _table(["run", "d", "D", "seeds ok", "attention on j* [95% CI]", "cos(v1, v*)", "abs(v2)", "eval loss",
-                   "eval accuracy", "job wall s"], rows)
+        rows.append(
+            [
+                r["run"],
+                f"{r['d']}",
+                f"{r['D']}",
+                f"{r['n_seeds_ok']}/{r['n_seeds_ok'] + r['n_seeds_diverged']}",
+                f"{r['attention_on_relevant_mean']:.3f} "
+                f"[{r['attention_on_relevant_ci_low']:.3f}, {r['attention_on_relevant_ci_high']:.3f}]",
+                _fmt(float(r["cos_v1_vstar_mean"]), 4),
+                _fmt(float(r["v2_norm_mean"]), 3),
+                f"{r['eval_loss_mean']:.4f}",
+                f"{r['eval_accuracy_mean']:.3f}",
+                f"{r['wall_seconds']:.0f}",
+            ]
+        )
+    return _table(
+        [
+            "run",
+            "d",
+            "D",
+            "seeds ok",
+            "attention on j* [95% CI]",
+            "cos(v1, v*)",
+            "abs(v2)",
+            "eval loss",
+            "eval accuracy",
+            "job wall s",
+        ],
+        rows,
+    )
 
 
 def transfer_section(tables: Path, run: str) -> str:
@@ -79,24 +103,44 @@ def transfer_section(tables: Path, run: str) -> str:
         rows = []
         for method, g in t.groupby("method", sort=False):
             g = g.set_index("n")
-            rows.append([method] + [f"{g.loc[n, 'mean_test_accuracy']:.3f} [{g.loc[n, 'ci_low']:.2f}, {g.loc[n, 'ci_high']:.2f}]"
-                                    if n in g.index else "–" for n in sizes])
-        out.append(f"*{run}, downstream {down.replace('_', ' ')}: mean test accuracy over seeds [95% t interval]*\n\n"
-                   + _table(["method"] + [f"n={n}" for n in sizes], rows))
+            rows.append(
+                [method]
+                + [
+                    f"{g.loc[n, 'mean_test_accuracy']:.3f} [{g.loc[n, 'ci_low']:.2f}, {g.loc[n, 'ci_high']:.2f}]"
+                    if n in g.index
+                    else "–"
+                    for n in sizes
+                ]
+            )
+        out.append(
+            f"*{run}, downstream {down.replace('_', ' ')}: mean test accuracy over seeds [95% t interval]*\n\n"
+            + _table(["method"] + [f"n={n}" for n in sizes], rows)
+        )
     sc = io.read_parquet(tables / "sample_complexity.parquet")
     sc = sc[(sc["run"] == run) & (sc["downstream"] == "transfer")]
     if len(sc):
         rows = []
         for method, g in sc.groupby("method", sort=False):
             g = g.set_index("target_accuracy")
-            n_fmt = lambda x: "> grid" if isinstance(x, float) and math.isinf(x) else _fmt(x, 0)
-            cell = lambda t: (f"{n_fmt(g.loc[t, 'n_needed'])} [{n_fmt(g.loc[t, 'ci_low'])}, {n_fmt(g.loc[t, 'ci_high'])}]"
-                              if t in g.index else "–")
-            rows.append([method, cell(0.9), cell(0.95)])
-        out.append(f"*{run}: samples needed for 90% and 95% test accuracy (interpolated in log n; "
-                   "'> grid' = not reached by the largest n) [95% t interval]*\n\n"
-                   + _table(["method", "n for 90%", "n for 95%"], rows))
+            rows.append([method, _n_cell(g, 0.9), _n_cell(g, 0.95)])
+        out.append(
+            f"*{run}: samples needed for 90% and 95% test accuracy (interpolated in log n; "
+            "'> grid' = not reached by the largest n) [95% t interval]*\n\n"
+            + _table(["method", "n for 90%", "n for 95%"], rows)
+        )
     return "\n\n".join(out)
+
+
+def _n_count(x) -> str:
+    return "> grid" if isinstance(x, float) and math.isinf(x) else _fmt(x, 0)
+
+
+def _n_cell(g, target: float) -> str:
+    """'n [low, high]' of one method's samples needed for ``target`` ('–' if not computed)."""
+    if target not in g.index:
+        return "–"
+    r = g.loc[target]
+    return f"{_n_count(r['n_needed'])} [{_n_count(r['ci_low'])}, {_n_count(r['ci_high'])}]"
 
 
 def claims_section(tables: Path) -> str:
@@ -111,11 +155,17 @@ def claims_section(tables: Path) -> str:
 
 def overhead_section(results: Path, wall: float | None, cores: int) -> str:
     import pandas as pd
+
     rows = []
     for tsv in sorted((results / "benchmarks").rglob("*.tsv")):
         b = pd.read_csv(tsv, sep="\t")
-        rows.append({"job": str(tsv.relative_to(results / "benchmarks")), "s": float(b["s"].iloc[0]),
-                     "max_rss": float(b["max_rss"].iloc[0]) if str(b["max_rss"].iloc[0]) != "-" else float("nan")})
+        rows.append(
+            {
+                "job": str(tsv.relative_to(results / "benchmarks")),
+                "s": float(b["s"].iloc[0]),
+                "max_rss": float(b["max_rss"].iloc[0]) if str(b["max_rss"].iloc[0]) != "-" else float("nan"),
+            }
+        )
     df = pd.DataFrame(rows)
     total = df["s"].sum()
     big = df.loc[df["max_rss"].idxmax()] if df["max_rss"].notna().any() else None
@@ -137,11 +187,19 @@ def write_snapshot(results: Path, docs: Path, readme: Path, wall_seconds: float 
         dst = docs / f"{sub}_{name}.png"
         shutil.copyfile(results / "figures" / sub / f"{name}.png", dst)
         figs.append((sub, name, dst))
-    parts = ["## Results of the default study", "",
-             "Measured by `snakemake --cores 2` on the default `config.yaml` (2-core machine, CPU); regenerate this "
-             "section and `docs/results/` with `groupsparse snapshot --wall-seconds <wall time of the run>`.", "",
-             "**Run time.** " + overhead_section(results, wall_seconds, cores), "",
-             "### Pretraining (final step, mean over seeds)", "", pretrain_section(tables), ""]
+    parts = [
+        "## Results of the default study",
+        "",
+        "Measured by `snakemake --cores 2` on the default `config.yaml` (2-core machine, CPU); regenerate this "
+        "section and `docs/results/` with `groupsparse snapshot --wall-seconds <wall time of the run>`.",
+        "",
+        "**Run time.** " + overhead_section(results, wall_seconds, cores),
+        "",
+        "### Pretraining (final step, mean over seeds)",
+        "",
+        pretrain_section(tables),
+        "",
+    ]
     if (tables / "summary.parquet").exists():
         for run_name in task_runs(tables):
             section = transfer_section(tables, run_name)
@@ -157,8 +215,11 @@ def write_snapshot(results: Path, docs: Path, readme: Path, wall_seconds: float 
         parts += [f"**{sub}: {name.replace('_', ' ')}**", "", f"![{sub} {name}]({rel.as_posix()})", ""]
     prov = json.loads((results / "provenance.json").read_text()) if (results / "provenance.json").exists() else {}
     if prov:
-        parts += [f"Provenance: config hash `{prov.get('config_hash')}`, git commit `{prov.get('git_commit')}`, "
-                  f"torch {prov.get('versions', {}).get('torch')}, host `{prov.get('host')}`.", ""]
+        parts += [
+            f"Provenance: config hash `{prov.get('config_hash')}`, git commit `{prov.get('git_commit')}`, "
+            f"torch {prov.get('versions', {}).get('torch')}, host `{prov.get('host')}`.",
+            "",
+        ]
     body = "\n".join(parts)
     text = readme.read_text()
     block = f"{BEGIN}\n{body}\n{END}"

@@ -22,14 +22,14 @@ TRANSFER_JOB_KEYS = ("enabled", "methods", "sizes", "method_groups")
 @dataclass
 class Run:
     name: str
-    spec: dict[str, Any]                       # RunSpec dict (validated)
+    spec: dict[str, Any]  # RunSpec dict (validated)
     seeds: list[int]
-    chunks: list[str]                          # "lo-hi" seed ranges, one pretraining job each
-    transfer: dict[str, Any] | None = None     # TransferSpec dict, or None when transfer is off
+    chunks: list[str]  # "lo-hi" seed ranges, one pretraining job each
+    transfer: dict[str, Any] | None = None  # TransferSpec dict, or None when transfer is off
     methods: list[str] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     method_groups: dict[str, list[str]] = field(default_factory=dict)
-    role: str = "task"                         # task | scaling | ablation
+    role: str = "task"  # task | scaling | ablation
 
     @property
     def spec_json(self) -> str:
@@ -132,8 +132,12 @@ def expand(config: dict) -> dict[str, Run]:
         for d in scaling.get("d_grid", [base.get("d", 10)]):
             for D in scaling["D_grid"]:
                 name = f"scale_d{d}_D{D}"
-                entry = {"task": base | {"d": d, "D": D}, "pretrain": scaling.get("pretrain"),
-                         "transfer": scaling.get("transfer", {"enabled": False}), "dtype": scaling.get("dtype")}
+                entry = {
+                    "task": base | {"d": d, "D": D},
+                    "pretrain": scaling.get("pretrain"),
+                    "transfer": scaling.get("transfer", {"enabled": False}),
+                    "dtype": scaling.get("dtype"),
+                }
                 runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
 
     ablations = config.get("ablations") or {}
@@ -154,9 +158,12 @@ def expand(config: dict) -> dict[str, Run]:
             }
             runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}", vname)
         # the reference point of the ablations: the base task under the ablations' own budget
-        ref = {"data_identity": base_name, "task": base_entry.get("task", {}),
-               "pretrain": ablations.get("pretrain"), "transfer": ablations.get("transfer", {"enabled": False}),
-               "dtype": ablations.get("dtype")}
+        ref = {
+            "data_identity": base_name,
+            "task": base_entry.get("task", {}),
+            "pretrain": ablations.get("pretrain"),
+            "transfer": ablations.get("transfer", {"enabled": False}),
+            "dtype": ablations.get("dtype"),
+        }
         runs["ablation_none"] = _make_run(config, "ablation_none", ref, "ablation", "ablations", "none")
     return runs
-

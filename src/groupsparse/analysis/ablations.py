@@ -21,15 +21,32 @@ def ablation_table(traj: pd.DataFrame, transfer: pd.DataFrame | None, s) -> pd.D
     n_diverged, baseline_mean, delta, delta_low, delta_high (delta = ablation - baseline, Welch's t
     interval; intervals clipped to the metric's range). ``s``: the analysis' :class:`.scaling_laws.Settings`.
     """
-    cols = ["run", "role", "ablation", "metric", "method", "n", "mean", "low", "high", "n_seeds", "n_diverged", "baseline_mean",
-            "delta", "delta_low", "delta_high"]
+    cols = [
+        "run",
+        "role",
+        "ablation",
+        "metric",
+        "method",
+        "n",
+        "mean",
+        "low",
+        "high",
+        "n_seeds",
+        "n_diverged",
+        "baseline_mean",
+        "delta",
+        "delta_low",
+        "delta_high",
+    ]
     ablations = with_role(traj, "ablation")
     runs = sorted(ablations["run"].astype(str).unique())
     if not runs:
         return pd.DataFrame(columns=cols)
     if s.baseline not in runs and s.baseline not in set(traj["run"]):
-        raise InputError(f"ablations: baseline run {s.baseline!r} is not among the trajectory tables' runs "
-                         f"({', '.join(sorted(map(str, traj['run'].unique())))})")
+        raise InputError(
+            f"ablations: baseline run {s.baseline!r} is not among the trajectory tables' runs "
+            f"({', '.join(sorted(map(str, traj['run'].unique())))})"
+        )
     last = final_rows(traj)
     variant = {r: (v or r) for r, v in zip(last["run"], last["variant"] if "variant" in last else last["run"])}
     role = dict(zip(last["run"], last["role"]))
@@ -62,9 +79,23 @@ def ablation_table(traj: pd.DataFrame, transfer: pd.DataFrame | None, s) -> pd.D
             bmean = float(base_vals.mean())
         else:
             delta = dlo = dhi = bmean = math.nan
-        rows.append({"run": run, "role": role.get(run, ""), "ablation": variant.get(run, run), "metric": metric, "method": method, "n": n,
-                     "mean": m, "low": lo, "high": hi, "n_seeds": int(va.size), "n_diverged": int(n_bad),
-                     "baseline_mean": bmean, "delta": delta, "delta_low": float(dlo), "delta_high": float(dhi)})
+        rows.append(
+            {
+                "run": run,
+                "role": role.get(run, ""),
+                "ablation": variant.get(run, run),
+                "metric": metric,
+                "method": method,
+                "n": n,
+                "mean": m,
+                "low": lo,
+                "high": hi,
+                "n_seeds": int(va.size),
+                "n_diverged": int(n_bad),
+                "baseline_mean": bmean,
+                "delta": delta,
+                "delta_low": float(dlo),
+                "delta_high": float(dhi),
+            }
+        )
     return pd.DataFrame(rows, columns=cols)
-
-

@@ -48,12 +48,38 @@ from .stats import (
 )
 
 
-def _claim(claim: str, theory: str, pred: Prediction | None, measured: float, low: float, high: float,
-           blocker: str, config: str, analysis: str, n: int, role: str = "scaling", run: str = "") -> dict:
+def _claim(
+    claim: str,
+    theory: str,
+    pred: Prediction | None,
+    measured: float,
+    low: float,
+    high: float,
+    blocker: str,
+    config: str,
+    analysis: str,
+    n: int,
+    role: str = "scaling",
+    run: str = "",
+) -> dict:
     v, why = verdict(pred, low, high, blocker=blocker) if pred else ("inconclusive", "no prediction")
-    return {"claim": claim, "theory": theory, "prediction": _pred_text(pred), "predicted_value": pred.value if pred else
-            math.nan, "measured": measured, "low": low, "high": high, "confidence": CONFIDENCE, "verdict": v,
-            "why": why, "n": n, "config": config, "analysis": analysis, "role": role, "run": run}
+    return {
+        "claim": claim,
+        "theory": theory,
+        "prediction": _pred_text(pred),
+        "predicted_value": pred.value if pred else math.nan,
+        "measured": measured,
+        "low": low,
+        "high": high,
+        "confidence": CONFIDENCE,
+        "verdict": v,
+        "why": why,
+        "n": n,
+        "config": config,
+        "analysis": analysis,
+        "role": role,
+        "run": run,
+    }
 
 
 def _pred_text(pred: Prediction | None) -> str:
@@ -72,17 +98,38 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
     for run, g in last.groupby("run", sort=True):
         ok = g[g["status"] == "ok"]
         n_div = len(g) - len(ok)
-        config = f"run {run}: d = {int(g['d'].iloc[0])}, D = {int(g['D'].iloc[0])}, step {int(g['step'].max())}, " \
-                 f"{len(ok)} seed(s)" + (f", {n_div} diverged" if n_div else "")
+        config = (
+            f"run {run}: d = {int(g['d'].iloc[0])}, D = {int(g['D'].iloc[0])}, step {int(g['step'].max())}, "
+            f"{len(ok)} seed(s)" + (f", {n_div} diverged" if n_div else "")
+        )
         for col, what, theory in (
-                ("attention_on_relevant", "mean attention mass on j*",
-                 "after pretraining, S[j*, j] >= 1 - exp(-Theta(D)) for every query j"),
-                ("cos_v1_vstar", "cos(v1, v*)", "after pretraining, v1 aligns with v*")):
+            (
+                "attention_on_relevant",
+                "mean attention mass on j*",
+                "after pretraining, S[j*, j] >= 1 - exp(-Theta(D)) for every query j",
+            ),
+            ("cos_v1_vstar", "cos(v1, v*)", "after pretraining, v1 aligns with v*"),
+        ):
             m, lo, hi = mean_interval(ok[col].to_numpy(float), METRIC_RANGES[col])
             blocker = (f"{n_div} seed(s) diverged" if n_div else "") or (
-                f"{len(ok)} seed(s), need {MIN_SEEDS}" if len(ok) < MIN_SEEDS else "")
-            rows.append(_claim(f"{what} near 1 after pretraining ({run})", theory, Prediction("greater", s.near_one),
-                               m, lo, hi, blocker, config, "final_state", len(ok), str(g["role"].iloc[0]), run))
+                f"{len(ok)} seed(s), need {MIN_SEEDS}" if len(ok) < MIN_SEEDS else ""
+            )
+            rows.append(
+                _claim(
+                    f"{what} near 1 after pretraining ({run})",
+                    theory,
+                    Prediction("greater", s.near_one),
+                    m,
+                    lo,
+                    hi,
+                    blocker,
+                    config,
+                    "final_state",
+                    len(ok),
+                    str(g["role"].iloc[0]),
+                    run,
+                )
+            )
     return rows
 
 
@@ -107,12 +154,19 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                     continue
                 d, D, role = (transfer.loc[transfer["run"] == run, k].iloc[0] for k in ("d", "D", "role"))
                 d, D = int(d), int(D)
-                pick = lambda c: c[2][np.searchsorted(c[1], common)]
+                pick = lambda c, common=common: c[2][np.searchsorted(c[1], common)]
                 for target in s.accuracy_targets:
-                    rng = bootstrap_generator(s.study_seed, "sample_gap", run, downstream, float(target),
-                                              *(() if method == PRETRAINED_METHOD else (method,)))
-                    idx = np.vstack([np.arange(common.size)[None],
-                                     rng.integers(0, common.size, size=(s.n_boot, common.size))])
+                    rng = bootstrap_generator(
+                        s.study_seed,
+                        "sample_gap",
+                        run,
+                        downstream,
+                        float(target),
+                        *(() if method == PRETRAINED_METHOD else (method,)),
+                    )
+                    idx = np.vstack(
+                        [np.arange(common.size)[None], rng.integers(0, common.size, size=(s.n_boot, common.size))]
+                    )
                     lp, pre_above, pre_below = mean_curve_crossing(pre[0], pick(pre), target)(idx)
                     lb, base_above, base_below = mean_curve_crossing(base[0], pick(base), target)(idx)
                     gap = lb - lp
@@ -121,18 +175,37 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                     lo = -math.inf if (pre_above | base_below).any() else lo
                     hi = math.inf if (pre_below | base_above).any() else hi
                     blocker = ("neither method reaches the target" if pre_above[0] and base_above[0] else "") or (
-                        f"{common.size} seed(s), need {MIN_SEEDS}" if common.size < MIN_SEEDS else "")
-                    rows.append(_claim(
-                        f"{method} needs fewer samples than logreg for accuracy {target:g} "
-                        f"({run}, {downstream})",
-                        "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
-                        Prediction("greater", 0.0), float(gap[0]), lo, hi, blocker,
-                        f"run {run}: d = {d}, D = {D}, downstream {downstream}; measured = log(n*_logreg / n*_pretrained)"
-                        + (" (pretrained never reaches it: measured is an upper bound)" if pre_above[0] else "")
-                        + (" (pretrained reaches it at the first n: measured is a lower bound)" if pre_below[0] else "")
-                        + (" (logreg never reaches it: measured is a lower bound)" if base_above[0] else "")
-                        + (" (logreg reaches it at the first n: measured is an upper bound)" if base_below[0] else ""),
-                        "sample_gap", int(common.size), role, run))
+                        f"{common.size} seed(s), need {MIN_SEEDS}" if common.size < MIN_SEEDS else ""
+                    )
+                    rows.append(
+                        _claim(
+                            f"{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})",
+                            "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
+                            Prediction("greater", 0.0),
+                            float(gap[0]),
+                            lo,
+                            hi,
+                            blocker,
+                            f"run {run}: d = {d}, D = {D}, downstream {downstream}; "
+                            "measured = log(n*_logreg / n*_pretrained)"
+                            + (" (pretrained never reaches it: measured is an upper bound)" if pre_above[0] else "")
+                            + (
+                                " (pretrained reaches it at the first n: measured is a lower bound)"
+                                if pre_below[0]
+                                else ""
+                            )
+                            + (" (logreg never reaches it: measured is a lower bound)" if base_above[0] else "")
+                            + (
+                                " (logreg reaches it at the first n: measured is an upper bound)"
+                                if base_below[0]
+                                else ""
+                            ),
+                            "sample_gap",
+                            int(common.size),
+                            role,
+                            run,
+                        )
+                    )
     return rows
 
 
@@ -142,12 +215,25 @@ def fit_claims(records: list[FitRecord]) -> list[dict]:
         if not r.claim:
             continue
         f = r.fit
-        config = ", ".join(f"{k} = {v}" for k, v in r.group.items()) + f"; levels {'; '.join(f.names)}; " \
-                 f"seeds per level {fmt_values(f.seeds)}; local slopes {fmt_values(np.round(f.local_slopes(), 3))}"
-        rows.append(_claim(r.claim, r.theory, r.prediction, f.slope, f.low, f.high, f.blocker(), config, r.analysis,
-                           int(f.seeds.sum())))
+        config = (
+            ", ".join(f"{k} = {v}" for k, v in r.group.items()) + f"; levels {'; '.join(f.names)}; "
+            f"seeds per level {fmt_values(f.seeds)}; local slopes {fmt_values(np.round(f.local_slopes(), 3))}"
+        )
+        rows.append(
+            _claim(
+                r.claim,
+                r.theory,
+                r.prediction,
+                f.slope,
+                f.low,
+                f.high,
+                f.blocker(),
+                config,
+                r.analysis,
+                int(f.seeds.sum()),
+            )
+        )
     return rows
-
 
 
 @dataclass
@@ -161,25 +247,65 @@ class Analysis:
         return pd.DataFrame([r.row() for r in self.fits])
 
     def points_table(self) -> pd.DataFrame:
-        cols = ["role", "analysis", "label", "group", "level", "seed", "x_name", "x", "y_name", "y", "censored", "reason"]
-        frames = [r.points.assign(level=r.points["level"].astype(str), role="scaling", analysis=r.analysis, label=r.label,
-                                  x_name=r.x_name, y_name=r.y_name,
-                                  group=", ".join(f"{k}={v}" for k, v in r.group.items()))[cols]
-                  for r in self.fits]
+        cols = [
+            "role",
+            "analysis",
+            "label",
+            "group",
+            "level",
+            "seed",
+            "x_name",
+            "x",
+            "y_name",
+            "y",
+            "censored",
+            "reason",
+        ]
+        frames = [
+            r.points.assign(
+                level=r.points["level"].astype(str),
+                role="scaling",
+                analysis=r.analysis,
+                label=r.label,
+                x_name=r.x_name,
+                y_name=r.y_name,
+                group=", ".join(f"{k}={v}" for k, v in r.group.items()),
+            )[cols]
+            for r in self.fits
+        ]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
 
-CLAIM_COLUMNS = ["claim", "theory", "prediction", "predicted_value", "measured", "low", "high", "confidence", "verdict",
-                 "why", "n", "config", "analysis", "role", "run"]
+CLAIM_COLUMNS = [
+    "claim",
+    "theory",
+    "prediction",
+    "predicted_value",
+    "measured",
+    "low",
+    "high",
+    "confidence",
+    "verdict",
+    "why",
+    "n",
+    "config",
+    "analysis",
+    "role",
+    "run",
+]
 
 
-def analyse(traj: pd.DataFrame, transfer: pd.DataFrame | None, s: Settings = Settings()) -> Analysis:
+def analyse(traj: pd.DataFrame, transfer: pd.DataFrame | None, s: Settings | None = None) -> Analysis:
     """Fits, claims (with verdicts by :func:`verdict`) and the ablation table from the input tables."""
+    s = s or Settings()
     check_columns(traj, TRAJECTORY_COLUMNS, "trajectory table")
     transfer = transfer if transfer is not None else pd.DataFrame(columns=TRANSFER_COLUMNS)
     scaled = with_role(traj, "scaling")
     crossings = crossing_times(scaled, s.thresholds, s.loss_target) if len(scaled) else pd.DataFrame()
-    records = (convergence_time_fits(crossings, s) if len(crossings) else []) + \
-              (concentration_fits(scaled, s) if len(scaled) else []) + sample_complexity_fits(transfer, s)
+    records = (
+        (convergence_time_fits(crossings, s) if len(crossings) else [])
+        + (concentration_fits(scaled, s) if len(scaled) else [])
+        + sample_complexity_fits(transfer, s)
+    )
     claims = fit_claims(records) + final_state_claims(traj, s) + sample_gap_claims(transfer, s)
     return Analysis(records, pd.DataFrame(claims, columns=CLAIM_COLUMNS), ablation_table(traj, transfer, s), crossings)

@@ -66,26 +66,40 @@ def crossing_times(traj: pd.DataFrame, thresholds=(0.5, 0.9, 0.99), loss_target:
         for quantity, thr, direction in goals:
             t, reached = first_crossing(steps, g[quantity].to_numpy(dtype=float)[None], thr, direction=direction)
             at_start = bool(reached[0]) and t[0] <= steps[0]  # reached before any measurement: only an upper bound
-            reason = ("" if reached[0] else f"diverged at step {div_step}" if diverged else
-                      "not reached within the budget")
+            reason = (
+                "" if reached[0] else f"diverged at step {div_step}" if diverged else "not reached within the budget"
+            )
             reason = f"already reached at the first recorded step {steps[0]:g}" if at_start else reason
-            out.append({"run": run, "role": str(g["role"].iloc[0]), "d": int(g["d"].iloc[0]), "D": int(g["D"].iloc[0]), "seed": int(seed),
-                        "quantity": quantity, "threshold": thr, "step": float(t[0]),
-                        "censored": not bool(reached[0]) or at_start, "reason": reason, "last_step": float(steps[-1])})
-    return pd.DataFrame(out, columns=["run", "role", "d", "D", "seed", "quantity", "threshold", "step", "censored", "reason",
-                                      "last_step"])
-
+            out.append(
+                {
+                    "run": run,
+                    "role": str(g["role"].iloc[0]),
+                    "d": int(g["d"].iloc[0]),
+                    "D": int(g["D"].iloc[0]),
+                    "seed": int(seed),
+                    "quantity": quantity,
+                    "threshold": thr,
+                    "step": float(t[0]),
+                    "censored": not bool(reached[0]) or at_start,
+                    "reason": reason,
+                    "last_step": float(steps[-1]),
+                }
+            )
+    return pd.DataFrame(
+        out,
+        columns=["run", "role", "d", "D", "seed", "quantity", "threshold", "step", "censored", "reason", "last_step"],
+    )
 
 
 @dataclass
 class FitRecord:
     """One fitted relation, what it is about, and the observations behind it."""
 
-    analysis: str        # convergence_time | sample_complexity | attention_concentration
-    label: str           # e.g. "attention >= 0.9", "accuracy >= 0.8"
-    group: dict          # fixed settings: d, method, downstream, target...
-    x_name: str          # e.g. "log D"
-    y_name: str          # e.g. "log steps"
+    analysis: str  # convergence_time | sample_complexity | attention_concentration
+    label: str  # e.g. "attention >= 0.9", "accuracy >= 0.8"
+    group: dict  # fixed settings: d, method, downstream, target...
+    x_name: str  # e.g. "log D"
+    y_name: str  # e.g. "log steps"
     fit: Fit
     points: pd.DataFrame  # per seed (or per level) observations: x, y, censored, level
     prediction: Prediction | None = None
@@ -94,13 +108,29 @@ class FitRecord:
 
     def row(self) -> dict:
         f = self.fit
-        return {"role": "scaling", "analysis": self.analysis, "label": self.label, **{k: self.group.get(k) for k in GROUP_KEYS},
-                "x": self.x_name, "y": self.y_name, "slope": f.slope, "intercept": f.intercept, "low": f.low,
-                "high": f.high, "confidence": CONFIDENCE, "r2": f.r2,
-                "local_slopes": fmt_values(np.round(f.local_slopes(), 4)), "n_levels": f.n_levels,
-                "n_levels_censored": int(f.censored.sum()), "levels": "; ".join(f.names),
-                "seeds_min": int(f.seeds.min()) if f.seeds.size else 0, "bootstrap": int(f.boot_slope.size),
-                "bootstrap_valid": f.valid_fraction, "usable": f.blocker() == "", "blocker": f.blocker()}
+        return {
+            "role": "scaling",
+            "analysis": self.analysis,
+            "label": self.label,
+            **{k: self.group.get(k) for k in GROUP_KEYS},
+            "x": self.x_name,
+            "y": self.y_name,
+            "slope": f.slope,
+            "intercept": f.intercept,
+            "low": f.low,
+            "high": f.high,
+            "confidence": CONFIDENCE,
+            "r2": f.r2,
+            "local_slopes": fmt_values(np.round(f.local_slopes(), 4)),
+            "n_levels": f.n_levels,
+            "n_levels_censored": int(f.censored.sum()),
+            "levels": "; ".join(f.names),
+            "seeds_min": int(f.seeds.min()) if f.seeds.size else 0,
+            "bootstrap": int(f.boot_slope.size),
+            "bootstrap_valid": f.valid_fraction,
+            "usable": f.blocker() == "",
+            "blocker": f.blocker(),
+        }
 
 
 GROUP_KEYS = ("d", "D", "method", "downstream", "quantity", "threshold", "at")
@@ -113,7 +143,7 @@ class Settings:
     accuracy_targets: tuple[float, ...] = (0.8, 0.9)
     methods: tuple[str, ...] = (PRETRAINED_METHOD, BASELINE_METHOD)
     downstream: tuple[str, ...] | None = ("transfer",)  # None: every downstream (incl. negative_control)
-    near_one: float = 0.9                       # "near 1" for final attention and cos(v1, v*)
+    near_one: float = 0.9  # "near 1" for final attention and cos(v1, v*)
     baseline: str = "ablation_none"
     ablation_sizes: tuple[int, ...] | None = None  # None: smallest, middle and largest n of the grid
     ablation_methods: tuple[str, ...] = (PRETRAINED_METHOD,)
@@ -135,14 +165,30 @@ def convergence_time_fits(crossings: pd.DataFrame, s: Settings) -> list[FitRecor
         fit = fit_levels(np.log(levels), stats, seeds, n_boot=s.n_boot, rng=rng, names=[f"D={D}" for D in levels])
         what = f"attention on j* >= {thr:g}" if quantity == "attention_on_relevant" else f"eval loss <= {thr:g}"
         g = g.sort_values(["D", "seed"])
-        points = pd.DataFrame({"level": g["D"], "x": np.log(g["D"].astype(float)),
-                               "y": np.log(g["step"].clip(lower=1e-12)),
-                               "censored": g["censored"], "seed": g["seed"], "reason": g["reason"]})
-        records.append(FitRecord(
-            "convergence_time", what, {"d": int(d), "quantity": quantity, "threshold": float(thr)}, "log D",
-            "log steps", fit, points, Prediction("equal", 3.0, EXPONENT_TOLERANCE),
-            claim=f"steps until {what} grow like D^3 (d = {d})",
-            theory="T* = Theta(D^3): slope of log T on log D = 3"))
+        points = pd.DataFrame(
+            {
+                "level": g["D"],
+                "x": np.log(g["D"].astype(float)),
+                "y": np.log(g["step"].clip(lower=1e-12)),
+                "censored": g["censored"],
+                "seed": g["seed"],
+                "reason": g["reason"],
+            }
+        )
+        records.append(
+            FitRecord(
+                "convergence_time",
+                what,
+                {"d": int(d), "quantity": quantity, "threshold": float(thr)},
+                "log D",
+                "log steps",
+                fit,
+                points,
+                Prediction("equal", 3.0, EXPONENT_TOLERANCE),
+                claim=f"steps until {what} grow like D^3 (d = {d})",
+                theory="T* = Theta(D^3): slope of log T on log D = 3",
+            )
+        )
     return records
 
 
@@ -170,26 +216,54 @@ def concentration_fits(traj: pd.DataFrame, s: Settings) -> list[FitRecord]:
                         rest = float(1 - c["attention_on_relevant"].iloc[-1])
                     else:
                         step = t_max * (D / levels[-1]) ** 3
-                        rest = _interp_log(c["step"].to_numpy(float), 1 - c["attention_on_relevant"].to_numpy(float),
-                                           step) if ok else math.nan
+                        rest = (
+                            _interp_log(c["step"].to_numpy(float), 1 - c["attention_on_relevant"].to_numpy(float), step)
+                            if ok
+                            else math.nan
+                        )
                     below = np.isfinite(rest) and rest < ATTENTION_RESOLUTION
                     vals.append(np.log(max(rest, ATTENTION_RESOLUTION)) if np.isfinite(rest) else np.nan)
                     cens.append(bool(below or not ok or not np.isfinite(rest)))
                     seed_ids.append(int(seed))
-                    pts.append({"level": D, "x": float(D), "y": vals[-1], "censored": cens[-1], "seed": int(seed),
-                                "reason": "diverged" if not ok else ("below float32 resolution" if below else ""),
-                                "step": step})
+                    pts.append(
+                        {
+                            "level": D,
+                            "x": float(D),
+                            "y": vals[-1],
+                            "censored": cens[-1],
+                            "seed": int(seed),
+                            "reason": "diverged" if not ok else ("below float32 resolution" if below else ""),
+                            "step": step,
+                        }
+                    )
                 stats.append(mean_stat(np.asarray(vals), np.asarray(cens)))
                 seeds.append(len(vals))
             rng = bootstrap_generator(s.study_seed, "attention_concentration", int(d), at)
-            fit = fit_levels(np.asarray(levels, dtype=float), stats, seeds, n_boot=s.n_boot, rng=rng,
-                             names=[f"D={D}" for D in levels])
-            claim = (f"1 - attention mass on j* falls exponentially in D at steps ~ D^3 (d = {d})"
-                     if at != "final" else "")
-            records.append(FitRecord(
-                "attention_concentration", f"1 - mass at {at}", {"d": int(d), "at": at}, "D", "log(1 - mass)", fit,
-                pd.DataFrame(pts), Prediction("less", 0.0) if claim else None, claim=claim,
-                theory="after T* ~ D^3 steps, 1 - S[j*, j] <= exp(-Theta(D)): slope of log(1 - mass) on D < 0"))
+            fit = fit_levels(
+                np.asarray(levels, dtype=float),
+                stats,
+                seeds,
+                n_boot=s.n_boot,
+                rng=rng,
+                names=[f"D={D}" for D in levels],
+            )
+            claim = (
+                f"1 - attention mass on j* falls exponentially in D at steps ~ D^3 (d = {d})" if at != "final" else ""
+            )
+            records.append(
+                FitRecord(
+                    "attention_concentration",
+                    f"1 - mass at {at}",
+                    {"d": int(d), "at": at},
+                    "D",
+                    "log(1 - mass)",
+                    fit,
+                    pd.DataFrame(pts),
+                    Prediction("less", 0.0) if claim else None,
+                    claim=claim,
+                    theory="after T* ~ D^3 steps, 1 - S[j*, j] <= exp(-Theta(D)): slope of log(1 - mass) on D < 0",
+                )
+            )
     return records
 
 
@@ -228,23 +302,44 @@ def sample_complexity_fits(transfer: pd.DataFrame, s: Settings) -> list[FitRecor
                         xs.append(math.log(fn(d, D)))
                         names.append(f"d={d}, D={D}")
                         v, c = stat(np.arange(seed_ids.size)[None])
-                        pts.append({"level": f"d={d}, D={D}", "d": d, "D": D, "x": xs[-1], "y": float(v[0]),
-                                    "censored": bool(c[0]), "seed": -1,
-                                    "reason": f"never reached within n <= {grid.max():g}" if c[0] else ""})
+                        pts.append(
+                            {
+                                "level": f"d={d}, D={D}",
+                                "d": d,
+                                "D": D,
+                                "x": xs[-1],
+                                "y": float(v[0]),
+                                "censored": bool(c[0]),
+                                "seed": -1,
+                                "reason": f"never reached within n <= {grid.max():g}" if c[0] else "",
+                            }
+                        )
                     if not stats:
                         continue
                     rng = bootstrap_generator(s.study_seed, "sample_complexity", downstream, method, float(target), reg)
                     fit = fit_levels(np.asarray(xs), stats, seeds, n_boot=s.n_boot, rng=rng, names=names)
                     expected = EXPECTED_REGRESSOR.get(method) == reg
-                    theory = ("test error O((d + D) log^2 n / n): n* ~ d + D (slope 1, a little under from log^2 n)"
-                              if method in PRETRAINED_METHODS else "vectorised logistic regression needs n* ~ d D")
-                    records.append(FitRecord(
-                        "sample_complexity", f"accuracy >= {target:g}",
-                        {"method": method, "downstream": downstream, "threshold": float(target)}, f"log({reg})",
-                        "log n*", fit, pd.DataFrame(pts),
-                        Prediction("equal", 1.0, EXPONENT_TOLERANCE) if expected else None,
-                        claim=(f"{method}: samples for accuracy {target:g} grow like {reg} (downstream {downstream})"
-                               if expected else ""), theory=theory))
+                    theory = (
+                        "test error O((d + D) log^2 n / n): n* ~ d + D (slope 1, a little under from log^2 n)"
+                        if method in PRETRAINED_METHODS
+                        else "vectorised logistic regression needs n* ~ d D"
+                    )
+                    records.append(
+                        FitRecord(
+                            "sample_complexity",
+                            f"accuracy >= {target:g}",
+                            {"method": method, "downstream": downstream, "threshold": float(target)},
+                            f"log({reg})",
+                            "log n*",
+                            fit,
+                            pd.DataFrame(pts),
+                            Prediction("equal", 1.0, EXPONENT_TOLERANCE) if expected else None,
+                            claim=(
+                                f"{method}: samples for accuracy {target:g} grow like {reg} (downstream {downstream})"
+                                if expected
+                                else ""
+                            ),
+                            theory=theory,
+                        )
+                    )
     return records
-
-

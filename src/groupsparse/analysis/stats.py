@@ -85,7 +85,10 @@ def t_quantile(dof: float) -> float:
 def clip_interval(low: float, high: float, bounds: tuple[float, float] = UNBOUNDED) -> tuple[float, float]:
     """[low, high] clipped to the range a metric can take (NaN stays NaN)."""
     lo, hi = bounds
-    return (min(max(low, lo), hi) if not math.isnan(low) else low, max(min(high, hi), lo) if not math.isnan(high) else high)
+    return (
+        min(max(low, lo), hi) if not math.isnan(low) else low,
+        max(min(high, hi), lo) if not math.isnan(high) else high,
+    )
 
 
 def difference_range(bounds: tuple[float, float]) -> tuple[float, float]:
@@ -156,7 +159,7 @@ def t_interval(point: float, boot: np.ndarray, dof: float) -> tuple[float, float
 class Prediction:
     """What the theory says about a measured number: equal to, greater than or less than ``value``."""
 
-    kind: str                 # "equal" | "greater" | "less"
+    kind: str  # "equal" | "greater" | "less"
     value: float
     tolerance: float = math.inf  # "equal" only: the widest interval that can still confirm it
 
@@ -212,7 +215,7 @@ def first_crossing(x, Y, threshold: float, *, direction: str = "up", log_x: bool
     if x.size and np.any(np.diff(x) <= 0):
         raise ValueError("x must be strictly increasing")
     with np.errstate(invalid="ignore"):
-        hit = Y >= threshold if direction == "up" else Y <= threshold
+        hit = threshold <= Y if direction == "up" else threshold >= Y
     reached = hit.any(axis=1)
     first = hit.argmax(axis=1)
     rows = np.arange(Y.shape[0])
@@ -223,8 +226,10 @@ def first_crossing(x, Y, threshold: float, *, direction: str = "up", log_x: bool
         frac = np.where((first > 0) & np.isfinite(ya) & (yb != ya), (threshold - ya) / (yb - ya), 1.0)
         frac = np.clip(frac, 0.0, 1.0)
         use_log = log_x & (xa > 0) & (xb > 0)
-        xl = np.exp(np.log(np.where(use_log, xa, 1.0)) + frac * (np.log(np.where(use_log, xb, 1.0))
-                                                                 - np.log(np.where(use_log, xa, 1.0))))
+        xl = np.exp(
+            np.log(np.where(use_log, xa, 1.0))
+            + frac * (np.log(np.where(use_log, xb, 1.0)) - np.log(np.where(use_log, xa, 1.0)))
+        )
         xlin = xa + frac * (xb - xa)
     out = np.where(use_log, xl, xlin)
     out = np.where(first == 0, x[0] if x.size else np.nan, out)
@@ -251,10 +256,10 @@ LevelStat = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 class Fit:
     """y = intercept + slope * x over levels; y is a statistic of each level's seeds."""
 
-    x: np.ndarray               # level x values (all levels)
-    y: np.ndarray               # level statistics (NaN where censored)
-    censored: np.ndarray        # level statistic censored (excluded from the fit)
-    seeds: np.ndarray           # seeds per level
+    x: np.ndarray  # level x values (all levels)
+    y: np.ndarray  # level statistics (NaN where censored)
+    censored: np.ndarray  # level statistic censored (excluded from the fit)
+    seeds: np.ndarray  # seeds per level
     names: list[str] = field(default_factory=list)  # level names for messages ("D=16", "d=10, D=8")
     slope: float = math.nan
     intercept: float = math.nan
@@ -305,8 +310,15 @@ def _ols(x: np.ndarray, Y: np.ndarray):
     return slope, Y.mean(axis=1) - slope * x.mean()
 
 
-def fit_levels(x: np.ndarray, stats: list[LevelStat], n_seeds: list[int], *, n_boot: int,
-               rng: np.random.Generator, names: list[str] | None = None) -> Fit:
+def fit_levels(
+    x: np.ndarray,
+    stats: list[LevelStat],
+    n_seeds: list[int],
+    *,
+    n_boot: int,
+    rng: np.random.Generator,
+    names: list[str] | None = None,
+) -> Fit:
     """Least-squares line through the levels' statistics, with a bootstrap over seeds within levels."""
     x = np.asarray(x, dtype=float)
     seeds = np.asarray(n_seeds, dtype=int)
@@ -370,6 +382,7 @@ def mean_curve_crossing(grid: np.ndarray, curves: np.ndarray, threshold: float):
             mean = np.nanmean(curves[idx], axis=1)
         crossed, reached = first_crossing(grid, mean, threshold)
         return np.log(crossed), ~reached, reached & (crossed <= grid[0])
+
     return crossing
 
 
@@ -380,6 +393,5 @@ def curve_crossing_stat(grid: np.ndarray, curves: np.ndarray, threshold: float) 
     def stat(idx):
         value, above, below = crossing(idx)
         return value, above | below
+
     return stat
-
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -33,6 +34,7 @@ def load_spec_arg(text: str) -> dict:
         raw = path.read_text()
         if path.suffix in (".yaml", ".yml"):
             import yaml
+
             return yaml.safe_load(raw)
         return json.loads(raw)
     try:
@@ -43,8 +45,7 @@ def load_spec_arg(text: str) -> dict:
 
 def set_threads(n: int) -> None:
     import torch
+
     torch.set_num_threads(max(1, n))
-    try:
+    with contextlib.suppress(RuntimeError):  # already set in this process
         torch.set_num_interop_threads(max(1, n))
-    except RuntimeError:  # already set in this process
-        pass

@@ -41,6 +41,7 @@ def _run_specs(paths) -> dict:
 def _write_both(df, stem: Path, prov) -> None:
     """Parquet for analysis, CSV for the HTML report (which renders CSV as a table)."""
     from .. import io
+
     io.write_parquet(df, stem.with_suffix(".parquet"), prov)
     io.write_text_atomic(stem.with_suffix(".csv"), df.to_csv(index=False, float_format="%.6g"))
 
@@ -50,12 +51,21 @@ def run(args) -> int:
     from ..analysis import summary
     from ..specs import config_hash
 
-    study = json.loads(Path(args.study_json).read_text()) if args.study_json.endswith(".json") else json.loads(args.study_json)
+    study = (
+        json.loads(Path(args.study_json).read_text())
+        if args.study_json.endswith(".json")
+        else json.loads(args.study_json)
+    )
     out = Path(args.outdir)
     traj = _concat(args.trajectories).sort_values(["run", "seed", "step"], kind="stable").reset_index(drop=True)
-    prov = io.provenance(config_hash(study), study.get("device", "cpu"), study=study,
-                         run_specs=_run_specs(args.trajectories))  # every table read: their provenance is too
-    att = _concat(args.attention).sort_values(["run", "seed", "step", "key", "query"], kind="stable").reset_index(drop=True)
+    prov = io.provenance(
+        config_hash(study), study.get("device", "cpu"), study=study, run_specs=_run_specs(args.trajectories)
+    )  # every table read: their provenance is too
+    att = (
+        _concat(args.attention)
+        .sort_values(["run", "seed", "step", "key", "query"], kind="stable")
+        .reset_index(drop=True)
+    )
     tables = {"pretrain_trajectories": traj, "pretrain_attention": att}
     with_csv = {"pretrain_summary": summary.pretrain_summary(traj)}
     if args.transfer:

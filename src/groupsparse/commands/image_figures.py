@@ -7,8 +7,12 @@ from ._args import load_spec_arg, set_threads
 
 def register(sub) -> None:
     p = sub.add_parser("image-figures", help="figures of a real-image run (PNG and PDF)")
-    p.add_argument("--spec", type=load_spec_arg, required=True,
-                   help="the run spec (task.kind: images) as JSON, or @file.json/@file.yaml")
+    p.add_argument(
+        "--spec",
+        type=load_spec_arg,
+        required=True,
+        help="the run spec (task.kind: images) as JSON, or @file.json/@file.yaml",
+    )
     p.add_argument("--checkpoint", required=True, help="pretraining checkpoint (.safetensors) of this spec")
     p.add_argument("--attention", required=True, help="pretraining attention table (Parquet) of this spec")
     p.add_argument("--outdir", required=True, help="folder for the figures")
@@ -35,8 +39,10 @@ def run(args) -> int:
     title = describe(spec)
     tensors, meta = io.load_checkpoint(args.checkpoint)
     if meta.get("science_hash") != spec.science_hash():
-        raise io.InputError(f"{args.checkpoint}: science_hash {meta.get('science_hash')} does not match the spec's "
-                            f"{spec.science_hash()}: it was pretrained with another configuration")
+        raise io.InputError(
+            f"{args.checkpoint}: science_hash {meta.get('science_hash')} does not match the spec's "
+            f"{spec.science_hash()}: it was pretrained with another configuration"
+        )
     att = io.read_parquet(args.attention)
     if "run" in att:  # the aggregated table holds every run
         att = att[att["run"] == spec.run]

@@ -42,4 +42,3 @@ def run(args) -> int:
         paths = figures.transfer_accuracy(summary, title, outdir)
     print("\n".join(str(p) for p in paths))
     return 0
-

@@ -9,8 +9,12 @@ def register(sub) -> None:
     p.add_argument("--results", default="results", help="a finished run's results folder")
     p.add_argument("--docs", default="docs/results", help="where the figure copies go")
     p.add_argument("--readme", default="README.md", help="README whose RESULTS section is replaced")
-    p.add_argument("--wall-seconds", type=float, default=None,
-                   help="wall time of the snakemake run, to report beside the sum of the job times")
+    p.add_argument(
+        "--wall-seconds",
+        type=float,
+        default=None,
+        help="wall time of the snakemake run, to report beside the sum of the job times",
+    )
     p.add_argument("--cores", type=int, default=2, help="cores the run used (for the overhead ratio)")
     p.set_defaults(func=run)
 

@@ -7,9 +7,11 @@ from . import pyplot, save
 
 def describe(spec) -> str:
     t, p = spec.task, spec.pretrain
-    return (f"{spec.run}: {t.dataset} {t.classes[0]} vs {t.classes[1]} (transfer {t.transfer_classes[0]} vs "
-            f"{t.transfer_classes[1]}), D={t.D} slots, d={t.d} ({t.reduce}), {p.steps} steps, eta={p.eta}, "
-            f"batch={p.batch}")
+    return (
+        f"{spec.run}: {t.dataset} {t.classes[0]} vs {t.classes[1]} (transfer {t.transfer_classes[0]} vs "
+        f"{t.transfer_classes[1]}), D={t.D} slots, d={t.d} ({t.reduce}), {p.steps} steps, eta={p.eta}, "
+        f"batch={p.batch}"
+    )
 
 
 def attention_figure(att, title: str, outdir):
@@ -66,7 +68,7 @@ def examples_figure(spec, tensors, meta, title: str, outdir, count: int, seed: i
         raise InputError(f"--seed {seed}: not in the checkpoint, whose seeds are {seeds}")
     i = seeds.index(seed)
     dtype = DTYPES[spec.dtype]
-    params = {k[len("param."):]: t[i:i + 1].to(dtype) for k, t in tensors.items() if k.startswith("param.")}
+    params = {k[len("param.") :]: t[i : i + 1].to(dtype) for k, t in tensors.items() if k.startswith("param.")}
     task = make_task(spec.task, *task_identity(spec, seed))
     stored = tensors.get("task.relevant")
     if stored is not None and int(stored[i][0]) != task.j_star:
@@ -98,6 +100,9 @@ def examples_figure(spec, tensors, meta, title: str, outdir, count: int, seed: i
         axes[b][0].set_ylabel(f"y: {label}\npred: {pred}", fontsize=8)
     for j in range(D):
         axes[-1][j].set_xlabel(f"slot {j}" + (" (j*)" if j == j_star else ""), fontsize=8)
-    fig.suptitle(f"{title}\nseed {seed}: test inputs; above each slot, the attention mass it receives "
-                 "(mean over queries); red: j*", fontsize=9)
+    fig.suptitle(
+        f"{title}\nseed {seed}: test inputs; above each slot, the attention mass it receives "
+        "(mean over queries); red: j*",
+        fontsize=9,
+    )
     return save(fig, outdir, "image_examples")

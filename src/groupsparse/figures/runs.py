@@ -26,8 +26,10 @@ def describe(spec: dict | None, run: str) -> str:
         return run
     t, p = spec["task"], spec["pretrain"]
     kind = t.get("kind", "synthetic")
-    return (f"{run} ({kind}): d={t.get('d')}, D={t.get('D')}, eta={p['eta']}, batch={p['batch']}, "
-            f"{p['sampling']}, {spec['dtype']}")
+    return (
+        f"{run} ({kind}): d={t.get('d')}, D={t.get('D')}, eta={p['eta']}, batch={p['batch']}, "
+        f"{p['sampling']}, {spec['dtype']}"
+    )
 
 
 LOG_FLOOR = 1e-12  # exact zeros (the theory's invariant subspace) are drawn here on log axes
@@ -36,10 +38,9 @@ LOG_FLOOR = 1e-12  # exact zeros (the theory's invariant subspace) are drawn her
 def _per_seed(ax, traj, column, label=None, logy=False):
     if logy:
         traj = traj.assign(**{column: traj[column].clip(lower=LOG_FLOOR)})
-    for seed, g in traj.groupby("seed"):
+    for _seed, g in traj.groupby("seed"):
         bad = g["status"].iloc[0] != "ok"
-        ax.plot(g["step"], g[column], color="tab:red" if bad else "tab:blue", alpha=0.35, lw=1,
-                ls="--" if bad else "-")
+        ax.plot(g["step"], g[column], color="tab:red" if bad else "tab:blue", alpha=0.35, lw=1, ls="--" if bad else "-")
         if bad:
             ax.plot(g["step"].iloc[-1], g[column].iloc[-1], "x", color="tab:red", ms=8)
     ok = traj[traj["status"] == "ok"]
@@ -98,9 +99,15 @@ def parameters(traj: pd.DataFrame, title: str, outdir: Path):
     _per_seed(axes[2], traj, "v2_norm", logy=True)
     axes[2].set_ylabel(f"|v2| (theory: 0; exact 0 drawn at {LOG_FLOOR:g})")
     ok = traj[traj["status"] == "ok"]
-    for (col, label), ls in zip((("W_ff_norm", "features/features"), ("W_fp_norm", "features/positions"),
-                                 ("W_pf_norm", "positions/features"), ("W_pp_norm", "positions/positions")),
-                                ("-", "--", ":", "-.")):  # styles differ so equal curves stay visible
+    for (col, label), ls in zip(
+        (
+            ("W_ff_norm", "features/features"),
+            ("W_fp_norm", "features/positions"),
+            ("W_pf_norm", "positions/features"),
+            ("W_pp_norm", "positions/positions"),
+        ),
+        ("-", "--", ":", "-."),
+    ):  # styles differ so equal curves stay visible
         mean = ok.groupby("step")[col].mean()
         if mean.notna().any():
             axes[3].plot(mean.index, mean.values.clip(LOG_FLOOR), ls=ls, lw=2, label=label)
@@ -120,7 +127,9 @@ def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
         s = summary[summary["downstream"] == down]
         for method, g in s.groupby("method", sort=False):
             g = g.sort_values("n")
-            line, = ax.plot(g["n"], g["mean_test_accuracy"], marker="o", ms=3, label=METHOD_LABELS.get(method, method))
+            (line,) = ax.plot(
+                g["n"], g["mean_test_accuracy"], marker="o", ms=3, label=METHOD_LABELS.get(method, method)
+            )
             ax.fill_between(g["n"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15)
             bad = g[g["n_seeds_not_ok"] > 0]
             if len(bad):  # where no seed is ok the mean is NaN: mark the n on the chance line
@@ -138,5 +147,6 @@ def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
 
 def pretrain_figures(traj: pd.DataFrame, att: pd.DataFrame, title: str, outdir: Path) -> list[Path]:
     outdir = Path(outdir)
-    return pretrain_curves(traj, title, outdir) + attention_heatmaps(att, title, outdir) + \
-        parameters(traj, title, outdir)
+    return (
+        pretrain_curves(traj, title, outdir) + attention_heatmaps(att, title, outdir) + parameters(traj, title, outdir)
+    )

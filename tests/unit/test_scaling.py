@@ -20,8 +20,19 @@ FAST = Settings(n_boot=400, loss_target=None)
 
 # -- synthetic tables ----------------------------------------------------------------------
 
-def synthetic_trajectories(exponent: float, D_grid=(4, 8, 16, 32), seeds=4, d=10, c=0.5, noise=0.05,
-                           budget=None, seed=0, prefix="scale_", role="scaling") -> pd.DataFrame:
+
+def synthetic_trajectories(
+    exponent: float,
+    D_grid=(4, 8, 16, 32),
+    seeds=4,
+    d=10,
+    c=0.5,
+    noise=0.05,
+    budget=None,
+    seed=0,
+    prefix="scale_",
+    role="scaling",
+) -> pd.DataFrame:
     """Attention mass = sigmoid(4 (log t - log T)), T = c D^exponent times log-normal seed noise.
 
     Every threshold q is then reached at T * (q / (1 - q))^(1/4): all scale as D^exponent.
@@ -36,11 +47,26 @@ def synthetic_trajectories(exponent: float, D_grid=(4, 8, 16, 32), seeds=4, d=10
             mass = 1 / (1 + np.exp(-4 * (np.log(np.maximum(steps, 1e-9)) - math.log(T))))
             mass[steps == 0] = 1 / D
             for st, m in zip(steps, mass):
-                rows.append({"run": f"{prefix}d{d}_D{D}", "role": role, "variant": "", "task_name": f"{prefix}d{d}_D{D}",
-                             "d": d, "D": D,
-                             "seed": s, "j_star": 0, "step": int(st), "train_loss": 1 - m, "eval_loss": 1 - m,
-                             "eval_accuracy": m, "attention_on_relevant": m, "cos_v1_vstar": 0.99, "status": "ok",
-                             "diverged_step": -1})
+                rows.append(
+                    {
+                        "run": f"{prefix}d{d}_D{D}",
+                        "role": role,
+                        "variant": "",
+                        "task_name": f"{prefix}d{d}_D{D}",
+                        "d": d,
+                        "D": D,
+                        "seed": s,
+                        "j_star": 0,
+                        "step": int(st),
+                        "train_loss": 1 - m,
+                        "eval_loss": 1 - m,
+                        "eval_accuracy": m,
+                        "attention_on_relevant": m,
+                        "cos_v1_vstar": 0.99,
+                        "status": "ok",
+                        "diverged_step": -1,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -48,8 +74,9 @@ def accuracy_curve(n, scale):
     return 1 - 0.5 * np.exp(-n / scale)
 
 
-def synthetic_transfer(configs=((5, 4), (10, 8), (20, 16), (40, 8)), seeds=4, noise=0.01, c=1.0, grid=None,
-                       seed=0, logreg_cap=None) -> pd.DataFrame:
+def synthetic_transfer(
+    configs=((5, 4), (10, 8), (20, 16), (40, 8)), seeds=4, noise=0.01, c=1.0, grid=None, seed=0, logreg_cap=None
+) -> pd.DataFrame:
     """Pretrained accuracy saturates at n ~ c (d + D), logistic regression at n ~ c d D."""
     rng = np.random.default_rng(seed)
     grid = np.unique(np.round(np.geomspace(4, 8192, 27))).astype(int) if grid is None else grid
@@ -61,10 +88,23 @@ def synthetic_transfer(configs=((5, 4), (10, 8), (20, 16), (40, 8)), seeds=4, no
             for s in range(seeds):
                 acc = np.clip(accuracy_curve(grid, scale) + noise * rng.standard_normal(grid.size), 0, 1)
                 for n, a in zip(grid, acc):
-                    rows.append({"run": f"scale_d{d}_D{D}", "role": "scaling", "variant": "",
-                                 "task_name": f"scale_d{d}_D{D}", "d": d, "D": D,
-                                 "downstream": "transfer", "seed": s, "j_star": 0, "method": method, "n": int(n),
-                                 "test_accuracy": float(a), "status": "ok"})
+                    rows.append(
+                        {
+                            "run": f"scale_d{d}_D{D}",
+                            "role": "scaling",
+                            "variant": "",
+                            "task_name": f"scale_d{d}_D{D}",
+                            "d": d,
+                            "D": D,
+                            "downstream": "transfer",
+                            "seed": s,
+                            "j_star": 0,
+                            "method": method,
+                            "n": int(n),
+                            "test_accuracy": float(a),
+                            "status": "ok",
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -81,13 +121,18 @@ def claim(analysis, text: str) -> pd.Series:
 
 # -- crossings -----------------------------------------------------------------------------
 
+
 def test_first_crossing_interpolates_on_log_steps_and_linearly_from_zero():
     x = np.array([0, 10, 100, 1000])
-    Y = np.array([[0.0, 0.4, 0.8, 0.9],      # 0.6 is halfway from 10 to 100 in value: sqrt(10*100)
-                  [0.0, 0.4, 0.8, 0.9]])
+    Y = np.array(
+        [
+            [0.0, 0.4, 0.8, 0.9],  # 0.6 is halfway from 10 to 100 in value: sqrt(10*100)
+            [0.0, 0.4, 0.8, 0.9],
+        ]
+    )
     t, reached = first_crossing(x, Y, 0.6)
     assert reached.all() and t[0] == pytest.approx(math.sqrt(1000))
-    t, _ = first_crossing(x, Y[:1], 0.2)   # between step 0 and 10: linear
+    t, _ = first_crossing(x, Y[:1], 0.2)  # between step 0 and 10: linear
     assert t[0] == pytest.approx(5.0)
     t, reached = first_crossing(x, Y[:1], 0.95)
     assert not reached[0] and t[0] == 1000  # censored: the last step, a lower bound
@@ -122,6 +167,7 @@ def test_crossing_times_keep_censored_and_diverged_seeds():
 
 
 # -- convergence-time fits -----------------------------------------------------------------
+
 
 def test_cubic_growth_is_recovered_and_judged_to_hold():
     """Over 10 synthetic studies the 95% interval should contain 3 about 9.5 times; demand 8."""
@@ -181,9 +227,20 @@ def test_exponential_concentration_is_detected():
         for s in range(3):
             for step in (0, 10, 100, 1000, 4096):
                 rest = math.exp(-0.3 * D + 0.01 * s) if step > 0 else 1 - 1 / D
-                rows.append({"run": f"scale_d5_D{D}", "role": "scaling", "d": 5, "D": D, "seed": s, "step": step,
-                             "eval_loss": 0.1, "attention_on_relevant": 1 - rest, "cos_v1_vstar": 1.0,
-                             "status": "ok"})
+                rows.append(
+                    {
+                        "run": f"scale_d5_D{D}",
+                        "role": "scaling",
+                        "d": 5,
+                        "D": D,
+                        "seed": s,
+                        "step": step,
+                        "eval_loss": 0.1,
+                        "attention_on_relevant": 1 - rest,
+                        "cos_v1_vstar": 1.0,
+                        "status": "ok",
+                    }
+                )
     a = analyse(pd.DataFrame(rows), None, Settings(n_boot=300, loss_target=None, thresholds=(0.5,)))
     row = claim(a, "falls exponentially in D")
     assert row["verdict"] == "holds" and row["measured"] == pytest.approx(-0.3, abs=0.01)
@@ -191,9 +248,13 @@ def test_exponential_concentration_is_detected():
 
 # -- sample complexity ---------------------------------------------------------------------
 
+
 def test_sample_complexity_exponents_are_recovered():
-    a = analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), synthetic_transfer(),
-                        Settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,)))
+    a = analyse(
+        synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
+        synthetic_transfer(),
+        Settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,)),
+    )
     fits = a.fits_table()
     pre = fits[(fits["method"] == "pretrained_finetune") & (fits["x"] == "log(d+D)")].iloc[0]
     lr = fits[(fits["method"] == "logreg") & (fits["x"] == "log(d*D)")].iloc[0]
@@ -210,8 +271,11 @@ def test_sample_complexity_exponents_are_recovered():
 
 def test_method_that_never_reaches_the_target_is_censored():
     tr = synthetic_transfer(logreg_cap=100)  # logreg hopeless at d*D = 160 and 320
-    a = analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), tr,
-                        Settings(n_boot=300, loss_target=None, accuracy_targets=(0.8,)))
+    a = analyse(
+        synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
+        tr,
+        Settings(n_boot=300, loss_target=None, accuracy_targets=(0.8,)),
+    )
     row = claim(a, "logreg: samples for accuracy 0.8 grow like d*D")
     assert row["verdict"] == "inconclusive" and "censored" in row["why"]
     gap = claim(a, "fewer samples than logreg for accuracy 0.8 (scale_d40_D8, transfer)")
@@ -228,26 +292,32 @@ def test_duplicate_transfer_rows_are_refused():
 
 # -- verdict rule --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("pred, low, high, expected", [
-    (Prediction("equal", 3.0, 1.0), 2.6, 3.2, "holds"),
-    (Prediction("equal", 3.0, 1.0), 1.4, 1.7, "does not hold"),
-    (Prediction("equal", 3.0, 1.0), 3.1, 3.5, "does not hold"),
-    (Prediction("equal", 3.0, 1.0), 0.5, 5.0, "inconclusive"),   # contains 3 but too wide to confirm
-    (Prediction("greater", 0.0), 0.2, math.inf, "holds"),
-    (Prediction("greater", 0.0), -0.5, -0.1, "does not hold"),
-    (Prediction("greater", 0.0), -0.1, 0.3, "inconclusive"),
-    (Prediction("less", 0.0), -0.4, -0.2, "holds"),
-    (Prediction("less", 0.0), 0.1, 0.2, "does not hold"),
-    (Prediction("less", 0.0), -math.inf, 0.2, "inconclusive"),
-    (Prediction("equal", 3.0, 1.0), math.nan, math.nan, "inconclusive"),
-])
+
+@pytest.mark.parametrize(
+    "pred, low, high, expected",
+    [
+        (Prediction("equal", 3.0, 1.0), 2.6, 3.2, "holds"),
+        (Prediction("equal", 3.0, 1.0), 1.4, 1.7, "does not hold"),
+        (Prediction("equal", 3.0, 1.0), 3.1, 3.5, "does not hold"),
+        (Prediction("equal", 3.0, 1.0), 0.5, 5.0, "inconclusive"),  # contains 3 but too wide to confirm
+        (Prediction("greater", 0.0), 0.2, math.inf, "holds"),
+        (Prediction("greater", 0.0), -0.5, -0.1, "does not hold"),
+        (Prediction("greater", 0.0), -0.1, 0.3, "inconclusive"),
+        (Prediction("less", 0.0), -0.4, -0.2, "holds"),
+        (Prediction("less", 0.0), 0.1, 0.2, "does not hold"),
+        (Prediction("less", 0.0), -math.inf, 0.2, "inconclusive"),
+        (Prediction("equal", 3.0, 1.0), math.nan, math.nan, "inconclusive"),
+    ],
+)
 def test_verdict_rule(pred, low, high, expected):
     assert verdict(pred, low, high)[0] == expected
 
 
 def test_a_blocker_overrides_the_interval():
-    assert verdict(Prediction("equal", 3.0, 1.0), 2.9, 3.1, blocker="1 level(s) censored") == \
-        ("inconclusive", "1 level(s) censored")
+    assert verdict(Prediction("equal", 3.0, 1.0), 2.9, 3.1, blocker="1 level(s) censored") == (
+        "inconclusive",
+        "1 level(s) censored",
+    )
 
 
 def test_bad_prediction_kind_is_refused():
@@ -256,6 +326,7 @@ def test_bad_prediction_kind_is_refused():
 
 
 # -- qualitative claims, ablations ---------------------------------------------------------
+
 
 def test_final_attention_claim_and_ablation_table():
     base = as_run(synthetic_trajectories(1.0, D_grid=(10,), seeds=3, c=2.0), "ablation_none", "ablation", "none")
@@ -277,8 +348,9 @@ def test_ablation_table_reports_transfer_at_a_few_sizes():
     tr = synthetic_transfer(configs=((10, 10),), seeds=2)
     traj, tr = (as_run(frame, "ablation_none", "ablation", "none") for frame in (traj, tr))
     traj2, tr2 = (as_run(frame, "ablation_iid", "ablation", "iid") for frame in (traj, tr))
-    a = analyse(pd.concat([traj, traj2]), pd.concat([tr, tr2]),
-                        Settings(n_boot=200, loss_target=None, ablation_sizes=(8, 64)))
+    a = analyse(
+        pd.concat([traj, traj2]), pd.concat([tr, tr2]), Settings(n_boot=200, loss_target=None, ablation_sizes=(8, 64))
+    )
     acc = a.ablations[a.ablations["metric"] == "test_accuracy"]
     assert sorted(acc["n"].unique()) == [8, 64] and set(acc["ablation"]) == {"none", "iid"}
     assert (acc["method"] == "pretrained_finetune").all()
@@ -291,6 +363,7 @@ def test_missing_baseline_is_a_clear_error():
 
 
 # -- the command ---------------------------------------------------------------------------
+
 
 def test_cli_writes_tables_and_figures(tmp_path, capsys):
     from groupsparse import cli, io
@@ -306,10 +379,28 @@ def test_cli_writes_tables_and_figures(tmp_path, capsys):
     tr = tmp_path / "transfer.parquet"
     io.write_parquet(synthetic_transfer(seeds=2), tr, io.provenance("abc"))
     out = tmp_path / "out"
-    argv = ["scaling", "--trajectories", *paths, f"ablation_none={tmp_path / 'base.parquet'}",
-            "--transfer", str(tr), "--out-claims", str(out / "claims.parquet"), "--out-fits", str(out / "fits.parquet"),
-            "--out-ablations", str(out / "abl.parquet"), "--out-points", str(out / "points.parquet"),
-            "--figures", str(out / "fig"), "--n-boot", "200", "--accuracy-targets", "0.8"]
+    argv = [
+        "scaling",
+        "--trajectories",
+        *paths,
+        f"ablation_none={tmp_path / 'base.parquet'}",
+        "--transfer",
+        str(tr),
+        "--out-claims",
+        str(out / "claims.parquet"),
+        "--out-fits",
+        str(out / "fits.parquet"),
+        "--out-ablations",
+        str(out / "abl.parquet"),
+        "--out-points",
+        str(out / "points.parquet"),
+        "--figures",
+        str(out / "fig"),
+        "--n-boot",
+        "200",
+        "--accuracy-targets",
+        "0.8",
+    ]
     assert cli.main(argv) == 0
     claims = io.read_parquet(out / "claims.parquet")
     assert list(claims.columns) == CLAIM_COLUMNS
@@ -322,7 +413,7 @@ def test_cli_writes_tables_and_figures(tmp_path, capsys):
 
     bad = tmp_path / "bad.parquet"
     io.write_parquet(traj.drop(columns="attention_on_relevant"), bad, io.provenance("abc"))
-    argv[2:2 + len(paths) + 1] = [str(bad)]
+    argv[2 : 2 + len(paths) + 1] = [str(bad)]
     assert cli.main(argv) == cli.EXIT_INPUT
     assert "attention_on_relevant" in capsys.readouterr().err
 
@@ -330,8 +421,11 @@ def test_cli_writes_tables_and_figures(tmp_path, capsys):
 def test_unknown_downstream_is_a_clear_error():
     tr = synthetic_transfer(configs=((5, 4),), seeds=2)
     with pytest.raises(InputError, match="no downstream 'negative_control'; it has transfer"):
-        analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), tr,
-                        Settings(n_boot=200, downstream=("negative_control",)))
+        analyse(
+            synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
+            tr,
+            Settings(n_boot=200, downstream=("negative_control",)),
+        )
 
 
 def test_a_threshold_met_before_the_first_measurement_is_censored():
@@ -347,8 +441,11 @@ def test_a_threshold_met_before_the_first_measurement_is_censored():
 def test_transfer_target_met_at_the_smallest_n_is_censored():
     grid = np.array([64, 128, 256, 512])  # every method already at 0.8 for the small configs at n = 64
     tr = synthetic_transfer(grid=grid, seeds=3)
-    a = analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), tr,
-                        Settings(n_boot=200, loss_target=None, accuracy_targets=(0.8,)))
+    a = analyse(
+        synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
+        tr,
+        Settings(n_boot=200, loss_target=None, accuracy_targets=(0.8,)),
+    )
     row = claim(a, "pretrained_finetune: samples for accuracy 0.8 grow like d+D")
     assert row["verdict"] == "inconclusive" and "censored" in row["why"]
     gap = claim(a, "fewer samples than logreg for accuracy 0.8 (scale_d10_D8, transfer)")
