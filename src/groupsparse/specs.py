@@ -12,23 +12,12 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from .errors import ConfigError
+from .schema import check_run_spec
 
-class ConfigError(ValueError):
-    """A setting is impossible; the message names the key and what is allowed."""
-
-
-FEATURE_LAWS = ("gaussian", "correlated", "student_t")
-POSITIONS = ("concat", "add")
-ATTENTIONS = ("merged", "separate")
-SCORE_SCALES = ("none", "sqrt")
-INITS = ("zero", "random")
-SAMPLINGS = ("antithetic", "iid")
-DTYPES = ("float32", "float64")
-DEVICES = ("cpu", "cuda")
-ON_DIVERGE = ("record", "fail")
-GRADIENTS = ("auto", "closed_form", "autograd")
-TASK_KINDS = ("synthetic", "images")
-REDUCTIONS = ("none", "pool", "pca")
+# Ranges, enums and defaults of the settings live in workflow/schemas/config.schema.yaml (see schema.py);
+# this module keeps the rules that tie several settings together.
+DTYPES = ("float32", "float64")  # also the transfer methods' precisions
 ROLES = ("task", "scaling", "ablation")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 # dataset -> (channels, height, width, class names); digits is scikit-learn's bundled 8x8 set
@@ -103,9 +92,6 @@ class TaskSpec:
 
     def validate(self, where: str = "task") -> None:
         _choice(self.kind, ("synthetic",), f"{where}.kind")
-        _check(self.d >= 1, f"{where}.d", f"must be >= 1, got {self.d}")
-        _check(self.D >= 2, f"{where}.D", f"must be >= 2, got {self.D}")
-        _check(self.sigma_x > 0, f"{where}.sigma_x", f"must be > 0, got {self.sigma_x}")
         _check(
             1 <= self.relevant_groups <= self.D,
             f"{where}.relevant_groups",
@@ -117,14 +103,11 @@ class TaskSpec:
                 f"{where}.j_star",
                 f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}",
             )
-        _check(0.0 <= self.label_noise < 0.5, f"{where}.label_noise", f"must be in [0, 0.5), got {self.label_noise}")
-        _choice(self.features, FEATURE_LAWS, f"{where}.features")
         _check(
             -1.0 / max(self.d - 1, 1) < self.feature_rho < 1.0,
             f"{where}.feature_rho",
             f"must make a positive-definite covariance, in (-1/(d-1), 1), got {self.feature_rho}",
         )
-        _check(self.student_dof > 2, f"{where}.student_dof", f"must be > 2 (finite variance), got {self.student_dof}")
 
 
 def pool_dims(dataset: str) -> dict[int, int]:
@@ -207,7 +190,6 @@ class ImageTaskSpec:
                 f"{where}.j_star",
                 f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}",
             )
-        _check(0.0 < self.test_fraction < 1.0, f"{where}.test_fraction", f"must be in (0, 1), got {self.test_fraction}")
         if self.images_per_class is not None:
             n = self.images_per_class
             _check(
@@ -221,7 +203,6 @@ class ImageTaskSpec:
                 f"{where}.test_fraction",
                 f"leaves {n_test} of {n} images per class for testing; both splits need at least one",
             )
-        _choice(self.reduce, REDUCTIONS, f"{where}.reduce")
         C, H, W, _ = IMAGE_DATASETS[self.dataset]
         full = C * H * W
         _check(isinstance(self.d, int) and self.d >= 1, f"{where}.d", f"must be an integer >= 1, got {self.d!r}")
@@ -257,12 +238,6 @@ class ModelSpec:
     layers: int = 1  # >1 stacks residual attention layers before the paper's read-out
 
     def validate(self, where: str = "model") -> None:
-        _choice(self.positions, POSITIONS, f"{where}.positions")
-        _choice(self.attention, ATTENTIONS, f"{where}.attention")
-        _choice(self.score_scale, SCORE_SCALES, f"{where}.score_scale")
-        _choice(self.init, INITS, f"{where}.init")
-        _check(self.init_scale >= 0, f"{where}.init_scale", f"must be >= 0, got {self.init_scale}")
-        _check(1 <= self.layers <= 8, f"{where}.layers", f"must be in 1..8, got {self.layers}")
         _check(
             not (self.attention == "separate" and self.init == "zero"),
             f"{where}.init",
@@ -287,28 +262,12 @@ class PretrainSpec:
     gradient: str = "auto"  # auto: closed form for the paper model, autograd otherwise
 
     def validate(self, where: str = "pretrain") -> None:
-        _check(self.steps >= 1, f"{where}.steps", f"must be >= 1, got {self.steps}")
-        _check(self.eta > 0, f"{where}.eta", f"must be > 0, got {self.eta}")
-        _check(self.batch >= 2, f"{where}.batch", f"must be >= 2, got {self.batch}")
-        _choice(self.sampling, SAMPLINGS, f"{where}.sampling")
         _check(
             self.sampling != "antithetic" or self.batch % 2 == 0,
             f"{where}.batch",
             f"must be even with sampling: antithetic (X is drawn with -X), got {self.batch}",
         )
-        _check(
-            self.eval_size >= 2 and self.eval_size % 2 == 0,
-            f"{where}.eval_size",
-            f"must be an even number >= 2, got {self.eval_size}",
-        )
-        _check(self.record_every >= 1, f"{where}.record_every", f"must be >= 1, got {self.record_every}")
-        _check(
-            self.attention_checkpoints >= 1,
-            f"{where}.attention_checkpoints",
-            f"must be >= 1, got {self.attention_checkpoints}",
-        )
-        _choice(self.on_diverge, ON_DIVERGE, f"{where}.on_diverge")
-        _choice(self.gradient, GRADIENTS, f"{where}.gradient")
+        _check(self.eval_size % 2 == 0, f"{where}.eval_size", f"must be even, got {self.eval_size}")
 
 
 @dataclass(frozen=True)
@@ -332,6 +291,8 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunSpec:
+        """A validated spec: ranges, enums and types by the study's schema, cross-field rules here."""
+        check_run_spec(raw)
         raw = dict(raw)
         allowed = {
             "study_seed",
@@ -364,8 +325,6 @@ class RunSpec:
             variant=raw.get("variant", ""),
         )
         _choice(spec.role, ROLES, "role")
-        _choice(spec.dtype, DTYPES, "dtype")
-        _choice(spec.device, DEVICES, "device")
         _check(
             spec.task.kind != "images" or spec.pretrain.sampling == "iid",
             "pretrain.sampling",
@@ -389,7 +348,6 @@ class RunSpec:
 def _task_class(raw: Any):
     """TaskSpec or ImageTaskSpec, from ``task.kind`` (default synthetic)."""
     kind = raw.get("kind", "synthetic") if isinstance(raw, dict) else "synthetic"
-    _choice(kind, TASK_KINDS, "task.kind")
     return ImageTaskSpec if kind == "images" else TaskSpec
 
 

@@ -16,6 +16,8 @@ from groupsparse.io import InputError
 from groupsparse.seeding import torch_generator
 from groupsparse.specs import CIFAR10_CLASSES, ConfigError, ImageTaskSpec, RunSpec
 
+from conftest import REPO
+
 PER_CLASS_PER_BATCH = 3  # the fake CIFAR folder: 3 images of every class in each of the 6 batches
 IDENTITY = (7, "images-test", 0)
 
@@ -362,13 +364,12 @@ def test_image_figures_cli_writes_png_and_pdf(tmp_path, dataset):
 
 
 def test_cifar10_study_config_is_the_papers_setting():
-    from pathlib import Path
 
     import yaml
 
     from groupsparse.study import expand
 
-    config = yaml.safe_load((Path(__file__).parents[1] / "configs" / "cifar10.yaml").read_text())
+    config = yaml.safe_load((REPO / "configs" / "cifar10.yaml").read_text())
     runs = expand(config)
     spec = RunSpec.from_dict(runs["cifar10"].spec)
     assert (spec.task.dataset, spec.task.classes, spec.task.images_per_class) == ("cifar10", ("frog", "airplane"), 500)

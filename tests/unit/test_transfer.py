@@ -332,7 +332,12 @@ def test_cli_writes_the_table_with_provenance(checkpoint, tmp_path):
     out = tmp_path / "t.parquet"
     assert _cli(checkpoint, out, transfer=SMALL | {"downstream": ["transfer"]}) == 0
     table = io.read_parquet(out)
-    assert len(table) == 2 * len(SEEDS) and list(table.columns) == COLUMNS
+    assert len(table) == 2 * len(SEEDS) and list(table.columns) == [
+        COLUMNS[0],
+        "role",
+        "variant",
+        *COLUMNS[1:],
+    ]  # the command adds the run's role
     prov = io.read_provenance(out)
     assert prov["run_science_hash"] == RunSpec.from_dict(RUN).science_hash() and prov["sizes"] == [8, 16]
 
