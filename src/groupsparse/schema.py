@@ -49,6 +49,17 @@ def run_spec_schema() -> dict[str, Any]:
     }
 
 
+def check_study(config: Any) -> None:
+    """ConfigError naming the key if a study config breaks the schema (the Snakefile's check, for direct callers)."""
+    from .preflight import schema_problem
+
+    if not isinstance(config, dict):
+        raise ConfigError(f"study: must be a mapping, got {type(config).__name__}")
+    problem = schema_problem(json.loads(json.dumps(config, default=str)), study_schema())
+    if problem:
+        raise ConfigError(problem)
+
+
 def check_run_spec(raw: Any) -> None:
     """ConfigError naming the key if a run spec dict breaks the schema's ranges, enums or types."""
     from .preflight import schema_problem

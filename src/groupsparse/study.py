@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .schema import check_study
 from .specs import ConfigError, RunSpec
 from .transfer.spec import METHODS, TransferSpec
 
@@ -59,12 +60,9 @@ def _prefixed(where: str, exc: ConfigError) -> ConfigError:
 
 
 def _check_sizes(sizes: list[int], where: str, max_n: int | None) -> None:
-    if not sizes:
-        raise ConfigError(f"{where}.sizes: must list at least one sample size")
+    """The cross-field rules on a sample-size grid (count and range: the schema)."""
     if any(b <= a for a, b in zip(sizes, sizes[1:])):
         raise ConfigError(f"{where}.sizes: must be strictly increasing, got {sizes}")
-    if sizes[0] < 2:
-        raise ConfigError(f"{where}.sizes: sample sizes must be >= 2, got {sizes[0]}")
     if max_n is not None and sizes[-1] > max_n:
         raise ConfigError(f"{where}.sizes: {sizes[-1]} exceeds transfer.max_n = {max_n}")
 
@@ -118,11 +116,10 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
 
 
 def expand(config: dict) -> dict[str, Run]:
-    """All pretraining runs of the study, by name (validated)."""
+    """All pretraining runs of the study, by name (validated: the schema, then the cross-field rules)."""
+    check_study(config)
     runs: dict[str, Run] = {}
-    tasks = config.get("tasks") or {}
-    if not tasks:
-        raise ConfigError("tasks: the study needs at least one task")
+    tasks = config["tasks"]
     for name, entry in tasks.items():
         runs[name] = _make_run(config, name, entry or {}, "task", f"tasks.{name}")
 
