@@ -1,4 +1,4 @@
-"""`groupsparse image-figures`: attention over image slots, example inputs, accuracy against n."""
+"""`groupsparse image-figures`: attention over image slots and example inputs of a real-image run."""
 
 from __future__ import annotations
 
