@@ -61,7 +61,9 @@ def _claim(
     n: int,
     role: str = "scaling",
     run: str = "",
+    settings: dict | None = None,
 ) -> dict:
+    """One claims-table row; ``settings``: the varied settings it is about (d, D; NaN where a fit spans them)."""
     v, why = verdict(pred, low, high, blocker=blocker) if pred else ("inconclusive", "no prediction")
     return {
         "claim": claim,
@@ -79,6 +81,8 @@ def _claim(
         "analysis": analysis,
         "role": role,
         "run": run,
+        "d": (settings or {}).get("d", math.nan),
+        "D": (settings or {}).get("D", math.nan),
     }
 
 
@@ -128,6 +132,7 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
                     len(ok),
                     str(g["role"].iloc[0]),
                     run,
+                    {"d": int(g["d"].iloc[0]), "D": int(g["D"].iloc[0])},
                 )
             )
     return rows
@@ -204,6 +209,7 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                             int(common.size),
                             role,
                             run,
+                            {"d": d, "D": D},
                         )
                     )
     return rows
@@ -231,6 +237,7 @@ def fit_claims(records: list[FitRecord]) -> list[dict]:
                 config,
                 r.analysis,
                 int(f.seeds.sum()),
+                settings={k: r.group[k] for k in ("d", "D") if k in r.group},
             )
         )
     return rows
@@ -292,6 +299,8 @@ CLAIM_COLUMNS = [
     "analysis",
     "role",
     "run",
+    "d",
+    "D",
 ]
 
 

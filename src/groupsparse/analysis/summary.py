@@ -33,8 +33,8 @@ FINAL_METRICS = (
 
 
 def _with_run(df: pd.DataFrame, keys: list[str]) -> list[str]:
-    """Group keys led by the run, its role and variant, and data identity columns present in ``df``."""
-    return [k for k in ("run", "role", "variant", "task_name") if k in df] + keys
+    """Group keys led by the run, its role, variant and varied settings, and data identity columns in ``df``."""
+    return [k for k in ("run", "role", "variant", "d", "D", "task_name") if k in df] + keys
 
 
 def _mean(frame: pd.DataFrame, col: str) -> float:
