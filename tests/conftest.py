@@ -66,6 +66,36 @@ def tiny_spec_dict(
     }
 
 
+def tiny_spec(task=None, model=None, pretrain=None, **top):
+    """:func:`tiny_spec_dict` as a validated RunSpec."""
+    from groupsparse.specs import RunSpec
+
+    return RunSpec.from_dict(tiny_spec_dict(task, model, pretrain, **top))
+
+
+def drop_timing(df):
+    """A table without its timing columns (the only ones allowed to differ between identical runs)."""
+    from groupsparse import io
+
+    return df.drop(columns=[c for c in io.TIMING_COLUMNS if c in df.columns])
+
+
+def assert_same_run(a, b, ia: int = 0, ib: int = 0, seed: int | None = None):
+    """Seed ia of pretraining result a and seed ib of result b: bit-identical parameters and tables."""
+    import pandas as pd
+    import torch
+
+    for k in a.params:
+        assert torch.equal(a.params[k][ia], b.params[k][ib]), k
+    ta, tb = drop_timing(a.trajectory), drop_timing(b.trajectory)
+    aa, ab = a.attention, b.attention
+    if seed is not None:
+        ta, tb = ta[ta.seed == seed], tb[tb.seed == seed]
+        aa, ab = aa[aa.seed == seed], ab[ab.seed == seed]
+    pd.testing.assert_frame_equal(ta.reset_index(drop=True), tb.reset_index(drop=True), check_exact=True)
+    pd.testing.assert_frame_equal(aa.reset_index(drop=True), ab.reset_index(drop=True), check_exact=True)
+
+
 def snapshot(folder: Path) -> dict[str, tuple[str, int]]:
     """Every file under ``folder``: sha256 and mtime (ns), to show that nothing was touched."""
     return {

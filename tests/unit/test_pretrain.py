@@ -16,47 +16,14 @@ import pytest
 import torch
 
 from groupsparse import cli, io
-from groupsparse.model import (
-    embed,
-)
 from groupsparse.pretrain import Trainer, checkpoint_payload
-from groupsparse.specs import ConfigError, ModelSpec, RunSpec
+from groupsparse.specs import ConfigError, RunSpec
 
-from conftest import tiny_spec_dict
+from conftest import assert_same_run, drop_timing
+from conftest import tiny_spec as tiny
+from conftest import tiny_spec_dict as tiny_raw
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def tiny_raw(task=None, model=None, pretrain=None, **top) -> dict:
-    return tiny_spec_dict(task, model, pretrain, **top)
-
-
-def tiny(task=None, model=None, pretrain=None, **top) -> RunSpec:
-    return RunSpec.from_dict(tiny_raw(task, model, pretrain, **top))
-
-
-def random_tokens(spec: ModelSpec, S: int, B: int, d: int, D: int, seed: int = 0):
-    gen = torch.Generator().manual_seed(seed)
-    X = torch.randn(S, B, D, d, generator=gen, dtype=torch.float64)
-    y = torch.where(torch.rand(S, B, generator=gen, dtype=torch.float64) < 0.5, -1.0, 1.0).double()
-    return X, embed(X, spec), y, gen
-
-
-def drop_timing(df: pd.DataFrame) -> pd.DataFrame:
-    return df.drop(columns=[c for c in io.TIMING_COLUMNS if c in df.columns])
-
-
-def assert_same_run(a, b, ia: int = 0, ib: int = 0, seed: int | None = None):
-    """Seed ia of result a and seed ib of result b: bit-identical parameters and tables."""
-    for k in a.params:
-        assert torch.equal(a.params[k][ia], b.params[k][ib]), k
-    ta, tb = drop_timing(a.trajectory), drop_timing(b.trajectory)
-    aa, ab = a.attention, b.attention
-    if seed is not None:
-        ta, tb = ta[ta.seed == seed], tb[tb.seed == seed]
-        aa, ab = aa[aa.seed == seed], ab[ab.seed == seed]
-    pd.testing.assert_frame_equal(ta.reset_index(drop=True), tb.reset_index(drop=True), check_exact=True)
-    pd.testing.assert_frame_equal(aa.reset_index(drop=True), ab.reset_index(drop=True), check_exact=True)
 
 
 # --- positions, embedding, shapes ------------------------------------------------------------
