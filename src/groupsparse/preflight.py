@@ -32,11 +32,9 @@ def _allowed(schema: dict[str, Any]) -> str:
         return "one of " + ", ".join(map(str, schema["enum"]))
     kinds = schema.get("type", "string" if "pattern" in schema else None)
     words = [" or ".join(kinds) if isinstance(kinds, list) else str(kinds)] if kinds else []
-    bounds = [
-        f"{op} {schema[bound]}"
-        for bound, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
-        if bound in schema
-    ]
+    bounds = [f"{op} {schema[bound]}" for bound, op in
+              (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+              if bound in schema]
     if bounds:
         words.append(" and ".join(bounds))
     if "minItems" in schema:
@@ -59,9 +57,8 @@ def schema_problem(config: dict[str, Any], schema: dict[str, Any]) -> str | None
     where, sub, kind = list(error.absolute_path), error.schema, error.validator
     if kind == "additionalProperties":
         unexpected = sorted(set(error.instance) - set(sub.get("properties", {})))
-        return (
-            f"{_key(where + unexpected[:1])}: unknown key; allowed keys: {', '.join(sorted(sub.get('properties', {})))}"
-        )
+        return (f"{_key(where + unexpected[:1])}: unknown key; allowed keys: "
+                f"{', '.join(sorted(sub.get('properties', {})))}")
     if kind == "required":
         missing = [k for k in sub["required"] if k not in error.instance]
         return f"{_key(where + missing[:1])}: required key is missing; required keys: {', '.join(sub['required'])}"
@@ -82,11 +79,9 @@ def cifar_folder_problem(path: str, where: str) -> str | None:
     """None if ``path`` is (or holds) a complete cifar-10-batches-py folder, else why not."""
     folder = cifar_folder(path)
     if not folder.is_dir():
-        return (
-            f"{where}: {path!r} is not a folder (resolved from {Path.cwd()}); allowed: the extracted "
-            f"{CIFAR_FOLDER} folder or its parent (download cifar-10-python.tar.gz yourself; "
-            "the workflow never downloads)"
-        )
+        return (f"{where}: {path!r} is not a folder (resolved from {Path.cwd()}); allowed: the extracted "
+                f"{CIFAR_FOLDER} folder or its parent (download cifar-10-python.tar.gz yourself; "
+                "the workflow never downloads)")
     missing = [name for name in CIFAR_FILES if not (folder / name).is_file()]
     if missing:
         return f"{where}: {folder} is an incomplete {CIFAR_FOLDER} folder, missing {', '.join(missing)}"
@@ -115,8 +110,6 @@ def results_problem(results: str | os.PathLike = "results") -> str | None:
         with tempfile.TemporaryFile(dir=probe_dir, prefix=".groupsparse-write-probe."):
             pass
     except OSError as exc:
-        return (
-            f"{probe_dir.resolve()}: the results folder is not writable ({exc.strerror}); "
-            "run from a folder you can write (snakemake --directory DIR), or fix its permissions"
-        )
+        return (f"{probe_dir.resolve()}: the results folder is not writable ({exc.strerror}); "
+                "run from a folder you can write (snakemake --directory DIR), or fix its permissions")
     return None
