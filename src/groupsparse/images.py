@@ -317,7 +317,7 @@ def make_image_task(spec: ImageTaskSpec, *identity: object,
 
 def image_downstream_task(run_spec, seed: int, transfer_classes: tuple[str, str] | None = None) -> ImageGroupTask:
     """The transfer task of a repetition: another class pair (default ``task.transfer_classes``), same j*."""
-    from .pretrain import task_identity
+    from .seeding import task_identity
 
     spec = run_spec.task
     if not isinstance(spec, ImageTaskSpec):

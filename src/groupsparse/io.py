@@ -151,7 +151,7 @@ def load_checkpoint(path) -> tuple[dict, dict[str, Any]]:
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads((f.metadata() or {})["groupsparse"])
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
     except Exception as exc:
         raise InputError(f"{path}: not a readable groupsparse checkpoint ({type(exc).__name__}: {exc}); "
                          "delete it and rerun pretraining") from exc

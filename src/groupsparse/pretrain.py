@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ import torch
 from . import fastpath, io
 from .data import GroupSparseTask, make_task
 from .model import embed, forward, init_params, logistic_loss, sine_positions, token_width
-from .seeding import torch_generator
+from .seeding import task_identity, torch_generator
 from .specs import RunSpec
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -32,11 +32,6 @@ N_LOG_STEPS = 40
 
 class DivergedError(RuntimeError):
     pass
-
-
-def task_identity(spec: RunSpec, seed: int) -> tuple:
-    """Identity of one repetition's task; transfer uses it to find the same j*."""
-    return (spec.study_seed, spec.task_name, seed)
 
 
 def record_steps(steps: int, every: int) -> list[int]:
@@ -62,7 +57,6 @@ class PretrainResult:
     diverged_step: list[int]
     resumed_from_step: int = 0
     wall_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 def _effective_W(params, spec: RunSpec, layer: int) -> torch.Tensor:
@@ -331,12 +325,7 @@ class Trainer:
         attn_df.insert(1, "task_name", self.spec.task_name)
         attn_df["j_star"] = attn_df["seed"].map(js).astype("int64")
         return PretrainResult(self.params, self.tasks, traj, attn_df, status, diverged_step,
-                              resumed_from_step=resumed_from, wall_seconds=time.perf_counter() - t0,
-                              extra={"last_finite_loss": last_finite})
-
-
-def pretrain(spec: RunSpec, seeds: list[int], **kwargs) -> PretrainResult:
-    return Trainer(spec, seeds, **kwargs).run()
+                              resumed_from_step=resumed_from, wall_seconds=time.perf_counter() - t0)
 
 
 def checkpoint_payload(spec: RunSpec, res: PretrainResult, seeds: list[int]):

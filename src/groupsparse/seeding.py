@@ -35,6 +35,19 @@ def numpy_generator(*identity: object) -> np.random.Generator:
     return np.random.default_rng(stable_seed(*identity))
 
 
+# -- identity tuples: what a draw is about (one home, so data, images, pretrain and transfer agree) --
+
+
+def task_identity(spec, seed: int) -> tuple:
+    """Identity of one repetition's task (a RunSpec and a seed); transfer uses it to find the same j*."""
+    return (spec.study_seed, spec.task_name, seed)
+
+
+def transfer_identity(spec, seed: int, downstream: str) -> tuple:
+    """Identity of one repetition's downstream data."""
+    return (*task_identity(spec, seed), "transfer", downstream)
+
+
 def _plain(part: object) -> object:
     if isinstance(part, (str, int, float, bool)) or part is None:
         return part

@@ -12,23 +12,13 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from .errors import ConfigError
+from .schema import check_run_spec
 
-class ConfigError(ValueError):
-    """A setting is impossible; the message names the key and what is allowed."""
-
-
-FEATURE_LAWS = ("gaussian", "correlated", "student_t")
-POSITIONS = ("concat", "add")
-ATTENTIONS = ("merged", "separate")
-SCORE_SCALES = ("none", "sqrt")
-INITS = ("zero", "random")
-SAMPLINGS = ("antithetic", "iid")
-DTYPES = ("float32", "float64")
-DEVICES = ("cpu", "cuda")
-ON_DIVERGE = ("record", "fail")
-GRADIENTS = ("auto", "closed_form", "autograd")
-TASK_KINDS = ("synthetic", "images")
-REDUCTIONS = ("none", "pool", "pca")
+# Ranges, enums and defaults of the settings live in workflow/schemas/config.schema.yaml (see schema.py);
+# this module keeps the rules that tie several settings together.
+DTYPES = ("float32", "float64")  # also the transfer methods' precisions
+ROLES = ("task", "scaling", "ablation")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 # dataset -> (channels, height, width, class names); digits is scikit-learn's bundled 8x8 set
 IMAGE_DATASETS = {
@@ -47,8 +37,11 @@ def _take(cls, raw: dict[str, Any] | None, where: str):
     raw = dict(raw or {})
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(raw) - set(known))
-    _check(not unknown, f"{where}.{unknown[0]}" if unknown else where,
-           f"unknown key; allowed keys: {', '.join(sorted(known))}")
+    _check(
+        not unknown,
+        f"{where}.{unknown[0]}" if unknown else where,
+        f"unknown key; allowed keys: {', '.join(sorted(known))}",
+    )
     kwargs = {}
     for name, f in known.items():
         if name not in raw:
@@ -56,11 +49,17 @@ def _take(cls, raw: dict[str, Any] | None, where: str):
         value = raw[name]
         kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         if kind in ("int",):
-            _check(isinstance(value, int) and not isinstance(value, bool), f"{where}.{name}",
-                   f"must be an integer, got {value!r}")
+            _check(
+                isinstance(value, int) and not isinstance(value, bool),
+                f"{where}.{name}",
+                f"must be an integer, got {value!r}",
+            )
         elif kind in ("float",):
-            _check(isinstance(value, (int, float)) and not isinstance(value, bool), f"{where}.{name}",
-                   f"must be a number, got {value!r}")
+            _check(
+                isinstance(value, (int, float)) and not isinstance(value, bool),
+                f"{where}.{name}",
+                f"must be a number, got {value!r}",
+            )
             value = float(value)
         elif kind in ("str",):
             _check(isinstance(value, str), f"{where}.{name}", f"must be a string, got {value!r}")
@@ -80,34 +79,35 @@ def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
 class TaskSpec:
     """A synthetic group-sparse task (STUDY.md section 1 and the section 6 variants)."""
 
-    kind: str = "synthetic"           # synthetic (this class) | images (ImageTaskSpec)
+    kind: str = "synthetic"  # synthetic (this class) | images (ImageTaskSpec)
     d: int = 10
     D: int = 10
     sigma_x: float = 1.0
-    relevant_groups: int = 1          # K: the label is sign(sum_k <v_k, x_{j_k}>)
-    j_star: int | None = None         # fix the (first) relevant group; None: drawn from the seed
-    label_noise: float = 0.0          # probability of flipping a label
-    features: str = "gaussian"        # gaussian | correlated | student_t
-    feature_rho: float = 0.5          # within-group correlation for "correlated"
-    student_dof: float = 3.0          # degrees of freedom for "student_t"
+    relevant_groups: int = 1  # K: the label is sign(sum_k <v_k, x_{j_k}>)
+    j_star: int | None = None  # fix the (first) relevant group; None: drawn from the seed
+    label_noise: float = 0.0  # probability of flipping a label
+    features: str = "gaussian"  # gaussian | correlated | student_t
+    feature_rho: float = 0.5  # within-group correlation for "correlated"
+    student_dof: float = 3.0  # degrees of freedom for "student_t"
 
     def validate(self, where: str = "task") -> None:
         _choice(self.kind, ("synthetic",), f"{where}.kind")
-        _check(self.d >= 1, f"{where}.d", f"must be >= 1, got {self.d}")
-        _check(self.D >= 2, f"{where}.D", f"must be >= 2, got {self.D}")
-        _check(self.sigma_x > 0, f"{where}.sigma_x", f"must be > 0, got {self.sigma_x}")
-        _check(1 <= self.relevant_groups <= self.D, f"{where}.relevant_groups",
-               f"must be in 1..D={self.D}, got {self.relevant_groups}")
+        _check(
+            1 <= self.relevant_groups <= self.D,
+            f"{where}.relevant_groups",
+            f"must be in 1..D={self.D}, got {self.relevant_groups}",
+        )
         if self.j_star is not None:
-            _check(isinstance(self.j_star, int) and 0 <= self.j_star < self.D, f"{where}.j_star",
-                   f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}")
-        _check(0.0 <= self.label_noise < 0.5, f"{where}.label_noise",
-               f"must be in [0, 0.5), got {self.label_noise}")
-        _choice(self.features, FEATURE_LAWS, f"{where}.features")
-        _check(-1.0 / max(self.d - 1, 1) < self.feature_rho < 1.0, f"{where}.feature_rho",
-               f"must make a positive-definite covariance, in (-1/(d-1), 1), got {self.feature_rho}")
-        _check(self.student_dof > 2, f"{where}.student_dof",
-               f"must be > 2 (finite variance), got {self.student_dof}")
+            _check(
+                isinstance(self.j_star, int) and 0 <= self.j_star < self.D,
+                f"{where}.j_star",
+                f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}",
+            )
+        _check(
+            -1.0 / max(self.d - 1, 1) < self.feature_rho < 1.0,
+            f"{where}.feature_rho",
+            f"must make a positive-definite covariance, in (-1/(d-1), 1), got {self.feature_rho}",
+        )
 
 
 def pool_dims(dataset: str) -> dict[int, int]:
@@ -126,23 +126,24 @@ class ImageTaskSpec:
     """
 
     kind: str = "images"
-    dataset: str = "digits"           # digits (bundled with scikit-learn) | cifar10 (user-provided files)
-    path: str = ""                    # cifar10: the cifar-10-batches-py folder or its parent; never downloaded
-    classes: tuple = ("0", "1")       # pretraining pair (class names; digits accept integers)
+    dataset: str = "digits"  # digits (bundled with scikit-learn) | cifar10 (user-provided files)
+    path: str = ""  # cifar10: the cifar-10-batches-py folder or its parent; never downloaded
+    classes: tuple = ("0", "1")  # pretraining pair (class names; digits accept integers)
     transfer_classes: tuple = ("2", "3")
     images_per_class: int | None = None  # images taken from each class before the split; None: all
-    D: int = 8                        # slots per input
-    d: int = 16                       # group width after reduction
-    j_star: int | None = None         # the labelled slot; None: drawn from the seed
-    reduce: str = "pool"              # none | pool (k x k average pooling) | pca (fitted on the train split)
-    test_fraction: float = 0.3        # share of each class's images held out for testing
+    D: int = 8  # slots per input
+    d: int = 16  # group width after reduction
+    j_star: int | None = None  # the labelled slot; None: drawn from the seed
+    reduce: str = "pool"  # none | pool (k x k average pooling) | pca (fitted on the train split)
+    test_fraction: float = 0.3  # share of each class's images held out for testing
 
     def __post_init__(self) -> None:
         for name in ("classes", "transfer_classes"):  # YAML lists and digit integers -> tuple of names
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
-                object.__setattr__(self, name, tuple(
-                    str(c) if isinstance(c, int) and not isinstance(c, bool) else c for c in value))
+                object.__setattr__(
+                    self, name, tuple(str(c) if isinstance(c, int) and not isinstance(c, bool) else c for c in value)
+                )
 
     @property
     def relevant_groups(self) -> int:
@@ -150,74 +151,98 @@ class ImageTaskSpec:
 
     def validate(self, where: str = "task") -> None:
         _choice(self.kind, ("images",), f"{where}.kind")
-        _check(self.dataset in IMAGE_DATASETS, f"{where}.dataset",
-               f"got {self.dataset!r}; allowed values: {', '.join(IMAGE_DATASETS)}")
+        _check(
+            self.dataset in IMAGE_DATASETS,
+            f"{where}.dataset",
+            f"got {self.dataset!r}; allowed values: {', '.join(IMAGE_DATASETS)}",
+        )
         names = IMAGE_DATASETS[self.dataset][3]
         _check(isinstance(self.path, str), f"{where}.path", f"must be a string, got {self.path!r}")
         if self.dataset == "cifar10":
-            _check(self.path != "", f"{where}.path",
-                   "cifar10 needs the folder holding the python batches (cifar-10-batches-py), downloaded "
-                   "by you from https://www.cs.toronto.edu/~kriz/cifar.html; the workflow never downloads")
+            _check(
+                self.path != "",
+                f"{where}.path",
+                "cifar10 needs the folder holding the python batches (cifar-10-batches-py), downloaded "
+                "by you from https://www.cs.toronto.edu/~kriz/cifar.html; the workflow never downloads",
+            )
         else:
-            _check(self.path == "", f"{where}.path",
-                   f"{self.dataset} is bundled with scikit-learn and reads no files; leave path empty")
+            _check(
+                self.path == "",
+                f"{where}.path",
+                f"{self.dataset} is bundled with scikit-learn and reads no files; leave path empty",
+            )
         for key in ("classes", "transfer_classes"):
             pair = getattr(self, key)
-            _check(isinstance(pair, tuple) and len(pair) == 2, f"{where}.{key}",
-                   f"must be a pair of class names, got {pair!r}")
+            _check(
+                isinstance(pair, tuple) and len(pair) == 2,
+                f"{where}.{key}",
+                f"must be a pair of class names, got {pair!r}",
+            )
             for c in pair:
-                _check(c in names, f"{where}.{key}",
-                       f"{c!r} is not a {self.dataset} class; classes: {', '.join(names)}")
+                _check(
+                    c in names, f"{where}.{key}", f"{c!r} is not a {self.dataset} class; classes: {', '.join(names)}"
+                )
             _check(pair[0] != pair[1], f"{where}.{key}", f"needs two different classes, got {list(pair)}")
         _check(isinstance(self.D, int) and self.D >= 2, f"{where}.D", f"must be an integer >= 2, got {self.D!r}")
         if self.j_star is not None:
-            _check(isinstance(self.j_star, int) and 0 <= self.j_star < self.D, f"{where}.j_star",
-                   f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}")
-        _check(0.0 < self.test_fraction < 1.0, f"{where}.test_fraction",
-               f"must be in (0, 1), got {self.test_fraction}")
+            _check(
+                isinstance(self.j_star, int) and 0 <= self.j_star < self.D,
+                f"{where}.j_star",
+                f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}",
+            )
         if self.images_per_class is not None:
             n = self.images_per_class
-            _check(isinstance(n, int) and not isinstance(n, bool) and n >= 2, f"{where}.images_per_class",
-                   f"must be an integer >= 2 or null (all images), got {n!r}")
+            _check(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 2,
+                f"{where}.images_per_class",
+                f"must be an integer >= 2 or null (all images), got {n!r}",
+            )
             n_test = round(self.test_fraction * n)
-            _check(1 <= n_test < n, f"{where}.test_fraction",
-                   f"leaves {n_test} of {n} images per class for testing; both splits need at least one")
-        _choice(self.reduce, REDUCTIONS, f"{where}.reduce")
+            _check(
+                1 <= n_test < n,
+                f"{where}.test_fraction",
+                f"leaves {n_test} of {n} images per class for testing; both splits need at least one",
+            )
         C, H, W, _ = IMAGE_DATASETS[self.dataset]
         full = C * H * W
         _check(isinstance(self.d, int) and self.d >= 1, f"{where}.d", f"must be an integer >= 1, got {self.d!r}")
         if self.reduce == "none":
-            _check(self.d == full, f"{where}.d",
-                   f"with reduce: none, d is the image size {C}x{H}x{W} = {full}, got {self.d}")
+            _check(
+                self.d == full,
+                f"{where}.d",
+                f"with reduce: none, d is the image size {C}x{H}x{W} = {full}, got {self.d}",
+            )
         elif self.reduce == "pool":
             dims = pool_dims(self.dataset)
-            _check(self.d in dims.values(), f"{where}.d",
-                   f"with reduce: pool on {self.dataset} ({C}x{H}x{W}), d must be one of "
-                   f"{', '.join(f'{v} (k={k})' for k, v in sorted(dims.items(), key=lambda kv: -kv[1]))}, got {self.d}")
+            _check(
+                self.d in dims.values(),
+                f"{where}.d",
+                f"with reduce: pool on {self.dataset} ({C}x{H}x{W}), d must be one of "
+                f"{', '.join(f'{v} (k={k})' for k, v in sorted(dims.items(), key=lambda kv: -kv[1]))}, got {self.d}",
+            )
         else:
-            _check(self.d <= full, f"{where}.d", f"with reduce: pca, d must be <= {full} (the image size), got {self.d}")
+            _check(
+                self.d <= full, f"{where}.d", f"with reduce: pca, d must be <= {full} (the image size), got {self.d}"
+            )
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """The paper's one-layer transformer and the section 6 variants."""
 
-    positions: str = "concat"   # concat: z_j = [x_j; p_j] (paper); add: z_j = x_j + p_j
-    attention: str = "merged"   # merged W (paper) | separate W_K, W_Q (scores (W_K z_i)^T (W_Q z_j))
-    score_scale: str = "none"   # none (paper) | sqrt: scores / sqrt(width)
-    init: str = "zero"          # zero (paper) | random: N(0, init_scale^2) entries
+    positions: str = "concat"  # concat: z_j = [x_j; p_j] (paper); add: z_j = x_j + p_j
+    attention: str = "merged"  # merged W (paper) | separate W_K, W_Q (scores (W_K z_i)^T (W_Q z_j))
+    score_scale: str = "none"  # none (paper) | sqrt: scores / sqrt(width)
+    init: str = "zero"  # zero (paper) | random: N(0, init_scale^2) entries
     init_scale: float = 0.01
-    layers: int = 1             # >1 stacks residual attention layers before the paper's read-out
+    layers: int = 1  # >1 stacks residual attention layers before the paper's read-out
 
     def validate(self, where: str = "model") -> None:
-        _choice(self.positions, POSITIONS, f"{where}.positions")
-        _choice(self.attention, ATTENTIONS, f"{where}.attention")
-        _choice(self.score_scale, SCORE_SCALES, f"{where}.score_scale")
-        _choice(self.init, INITS, f"{where}.init")
-        _check(self.init_scale >= 0, f"{where}.init_scale", f"must be >= 0, got {self.init_scale}")
-        _check(1 <= self.layers <= 8, f"{where}.layers", f"must be in 1..8, got {self.layers}")
-        _check(not (self.attention == "separate" and self.init == "zero"), f"{where}.init",
-               "separate W_K, W_Q at zero init never move (both gradients vanish); use init: random")
+        _check(
+            not (self.attention == "separate" and self.init == "zero"),
+            f"{where}.init",
+            "separate W_K, W_Q at zero init never move (both gradients vanish); use init: random",
+        )
 
     @property
     def is_paper_model(self) -> bool:
@@ -229,27 +254,20 @@ class PretrainSpec:
     steps: int = 3000
     eta: float = 0.5
     batch: int = 2048
-    sampling: str = "antithetic"   # antithetic: X drawn with -X (label -y); iid: plain batches
+    sampling: str = "antithetic"  # antithetic: X drawn with -X (label -y); iid: plain batches
     eval_size: int = 4096
-    record_every: int = 50         # regular recording grid (plus log-spaced steps)
-    attention_checkpoints: int = 6 # log-spaced steps at which the whole mean S is stored
-    on_diverge: str = "record"     # record: keep going, mark the seed diverged | fail: exit non-zero
-    gradient: str = "auto"         # auto: closed form for the paper model, autograd otherwise
+    record_every: int = 50  # regular recording grid (plus log-spaced steps)
+    attention_checkpoints: int = 6  # log-spaced steps at which the whole mean S is stored
+    on_diverge: str = "record"  # record: keep going, mark the seed diverged | fail: exit non-zero
+    gradient: str = "auto"  # auto: closed form for the paper model, autograd otherwise
 
     def validate(self, where: str = "pretrain") -> None:
-        _check(self.steps >= 1, f"{where}.steps", f"must be >= 1, got {self.steps}")
-        _check(self.eta > 0, f"{where}.eta", f"must be > 0, got {self.eta}")
-        _check(self.batch >= 2, f"{where}.batch", f"must be >= 2, got {self.batch}")
-        _choice(self.sampling, SAMPLINGS, f"{where}.sampling")
-        _check(self.sampling != "antithetic" or self.batch % 2 == 0, f"{where}.batch",
-               f"must be even with sampling: antithetic (X is drawn with -X), got {self.batch}")
-        _check(self.eval_size >= 2 and self.eval_size % 2 == 0, f"{where}.eval_size",
-               f"must be an even number >= 2, got {self.eval_size}")
-        _check(self.record_every >= 1, f"{where}.record_every", f"must be >= 1, got {self.record_every}")
-        _check(self.attention_checkpoints >= 1, f"{where}.attention_checkpoints",
-               f"must be >= 1, got {self.attention_checkpoints}")
-        _choice(self.on_diverge, ON_DIVERGE, f"{where}.on_diverge")
-        _choice(self.gradient, GRADIENTS, f"{where}.gradient")
+        _check(
+            self.sampling != "antithetic" or self.batch % 2 == 0,
+            f"{where}.batch",
+            f"must be even with sampling: antithetic (X is drawn with -X), got {self.batch}",
+        )
+        _check(self.eval_size % 2 == 0, f"{where}.eval_size", f"must be even, got {self.eval_size}")
 
 
 @dataclass(frozen=True)
@@ -257,27 +275,43 @@ class RunSpec:
     """Everything one pretraining job needs; its hash identifies the checkpoint."""
 
     study_seed: int
-    task_name: str                    # data identity: runs with the same task_name see the same data
+    task_name: str  # data identity: runs with the same task_name see the same data
     task: TaskSpec | ImageTaskSpec = field(default_factory=TaskSpec)
     model: ModelSpec = field(default_factory=ModelSpec)
     pretrain: PretrainSpec = field(default_factory=PretrainSpec)
     dtype: str = "float32"
     device: str = "cpu"
-    run_name: str = ""                # the run (task, scaling point or ablation); defaults to task_name
+    run_name: str = ""  # the run (task, scaling point or ablation); defaults to task_name
+    role: str = "task"  # task | scaling | ablation: written to every table the run's jobs write
+    variant: str = ""  # the ablation variant's name ("none" for the ablations' baseline)
 
     @property
     def run(self) -> str:
         return self.run_name or self.task_name
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "RunSpec":
+    def from_dict(cls, raw: dict[str, Any]) -> RunSpec:
+        """A validated spec: ranges, enums and types by the study's schema, cross-field rules here."""
+        check_run_spec(raw)
         raw = dict(raw)
-        allowed = {"study_seed", "task_name", "task", "model", "pretrain", "dtype", "device", "run_name"}
+        allowed = {
+            "study_seed",
+            "task_name",
+            "task",
+            "model",
+            "pretrain",
+            "dtype",
+            "device",
+            "run_name",
+            "role",
+            "variant",
+        }
         unknown = sorted(set(raw) - allowed)
         _check(not unknown, unknown[0] if unknown else "", f"unknown key; allowed: {', '.join(sorted(allowed))}")
         _check(isinstance(raw.get("study_seed"), int), "study_seed", "must be an integer")
-        _check(isinstance(raw.get("task_name"), str) and raw["task_name"] != "", "task_name",
-               "must be a non-empty string")
+        _check(
+            isinstance(raw.get("task_name"), str) and raw["task_name"] != "", "task_name", "must be a non-empty string"
+        )
         spec = cls(
             study_seed=raw["study_seed"],
             task_name=raw["task_name"],
@@ -287,28 +321,33 @@ class RunSpec:
             dtype=raw.get("dtype", "float32"),
             device=raw.get("device", "cpu"),
             run_name=raw.get("run_name", ""),
+            role=raw.get("role", "task"),
+            variant=raw.get("variant", ""),
         )
-        _choice(spec.dtype, DTYPES, "dtype")
-        _choice(spec.device, DEVICES, "device")
-        _check(spec.task.kind != "images" or spec.pretrain.sampling == "iid", "pretrain.sampling",
-               "must be iid for image tasks (an antithetic pair X, -X with label -y needs a symmetric data law; "
-               "a negated image is not an image of the other class); set pretrain.sampling: iid")
+        _choice(spec.role, ROLES, "role")
+        _check(
+            spec.task.kind != "images" or spec.pretrain.sampling == "iid",
+            "pretrain.sampling",
+            "must be iid for image tasks (an antithetic pair X, -X with label -y needs a symmetric data law; "
+            "a negated image is not an image of the other class); set pretrain.sampling: iid",
+        )
         return spec
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def science_hash(self) -> str:
-        """Hash of what determines the numbers (device excluded: the same run on cuda is comparable)."""
+        """Hash of what determines the numbers (device excluded: the same run on cuda is comparable;
+        role and variant excluded: labels, implied by the run name)."""
         d = self.to_dict()
-        d.pop("device")
+        for key in ("device", "role", "variant"):
+            d.pop(key)
         return config_hash(d)
 
 
 def _task_class(raw: Any):
     """TaskSpec or ImageTaskSpec, from ``task.kind`` (default synthetic)."""
     kind = raw.get("kind", "synthetic") if isinstance(raw, dict) else "synthetic"
-    _choice(kind, TASK_KINDS, "task.kind")
     return ImageTaskSpec if kind == "images" else TaskSpec
 
 

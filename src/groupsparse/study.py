@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .specs import ConfigError, RunSpec, config_hash
+from .schema import check_study
+from .specs import ConfigError, RunSpec
+from .transfer.spec import METHODS, TransferSpec
 
 TRANSFER_JOB_KEYS = ("enabled", "methods", "sizes", "method_groups")
 
@@ -21,14 +23,14 @@ TRANSFER_JOB_KEYS = ("enabled", "methods", "sizes", "method_groups")
 @dataclass
 class Run:
     name: str
-    spec: dict[str, Any]                       # RunSpec dict (validated)
+    spec: dict[str, Any]  # RunSpec dict (validated)
     seeds: list[int]
-    chunks: list[str]                          # "lo-hi" seed ranges, one pretraining job each
-    transfer: dict[str, Any] | None = None     # TransferSpec dict, or None when transfer is off
+    chunks: list[str]  # "lo-hi" seed ranges, one pretraining job each
+    transfer: dict[str, Any] | None = None  # TransferSpec dict, or None when transfer is off
     methods: list[str] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     method_groups: dict[str, list[str]] = field(default_factory=dict)
-    role: str = "task"                         # task | scaling | ablation
+    role: str = "task"  # task | scaling | ablation
 
     @property
     def spec_json(self) -> str:
@@ -58,25 +60,14 @@ def _prefixed(where: str, exc: ConfigError) -> ConfigError:
 
 
 def _check_sizes(sizes: list[int], where: str, max_n: int | None) -> None:
-    if not sizes:
-        raise ConfigError(f"{where}.sizes: must list at least one sample size")
+    """The cross-field rules on a sample-size grid (count and range: the schema)."""
     if any(b <= a for a, b in zip(sizes, sizes[1:])):
         raise ConfigError(f"{where}.sizes: must be strictly increasing, got {sizes}")
-    if sizes[0] < 2:
-        raise ConfigError(f"{where}.sizes: sample sizes must be >= 2, got {sizes[0]}")
     if max_n is not None and sizes[-1] > max_n:
         raise ConfigError(f"{where}.sizes: {sizes[-1]} exceeds transfer.max_n = {max_n}")
 
 
-def _known_methods() -> tuple[str, ...] | None:
-    try:
-        from .transfer.spec import METHODS
-    except ImportError:
-        return None
-    return tuple(METHODS)
-
-
-def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Run:
+def _make_run(config: dict, name: str, entry: dict, role: str, where: str, variant: str = "") -> Run:
     pre = deep_merge(config.get("pretrain", {}), entry.get("pretrain"))
     seeds, per_job = pre.pop("seeds", 5), pre.pop("seeds_per_job", 5)
     spec_dict = {
@@ -88,6 +79,8 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
         "dtype": entry.get("dtype") or config.get("dtype", "float32"),
         "device": config.get("device", "cpu"),
         "run_name": name,
+        "role": role,
+        "variant": variant,
     }
     try:
         spec = RunSpec.from_dict(spec_dict)
@@ -101,15 +94,15 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
         run.methods = list(tr["methods"])
         run.sizes = [int(n) for n in tr["sizes"]]
         groups = tr.get("method_groups") or {"all": run.methods}
-        known = _known_methods()
-        bad = [m for m in run.methods if known is not None and m not in known]
+        bad = [m for m in run.methods if m not in METHODS]
         if bad:
-            raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(known)}")
+            raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(METHODS)}")
         for g, ms in groups.items():  # a subset of a study's methods may drop group members, never typos
-            unknown = [m for m in ms if known is not None and m not in known]
+            unknown = [m for m in ms if m not in METHODS]
             if unknown:
-                raise ConfigError(f"{where}.transfer.method_groups.{g}: unknown method {unknown[0]!r}; "
-                                  f"allowed: {', '.join(known)}")
+                raise ConfigError(
+                    f"{where}.transfer.method_groups.{g}: unknown method {unknown[0]!r}; allowed: {', '.join(METHODS)}"
+                )
         run.method_groups = {g: [m for m in ms if m in run.methods] for g, ms in groups.items()}
         run.method_groups = {g: ms for g, ms in run.method_groups.items() if ms}
         grouped = [m for ms in run.method_groups.values() for m in ms]
@@ -122,23 +115,17 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
         run.transfer = {k: v for k, v in tr.items() if k not in TRANSFER_JOB_KEYS}
         _check_sizes(run.sizes, f"{where}.transfer", run.transfer.get("max_n"))
         try:
-            from .transfer.spec import TransferSpec
-        except ImportError:
-            TransferSpec = None
-        if TransferSpec is not None:
-            try:
-                TransferSpec.from_dict(run.transfer)  # its messages already start with "transfer."
-            except ConfigError as exc:
-                raise _prefixed(where, exc) from None
+            TransferSpec.from_dict(run.transfer)  # its messages already start with "transfer."
+        except ConfigError as exc:
+            raise _prefixed(where, exc) from None
     return run
 
 
 def expand(config: dict) -> dict[str, Run]:
-    """All pretraining runs of the study, by name (validated)."""
+    """All pretraining runs of the study, by name (validated: the schema, then the cross-field rules)."""
+    check_study(config)
     runs: dict[str, Run] = {}
-    tasks = config.get("tasks") or {}
-    if not tasks:
-        raise ConfigError("tasks: the study needs at least one task")
+    tasks = config["tasks"]
     for name, entry in tasks.items():
         runs[name] = _make_run(config, name, entry or {}, "task", f"tasks.{name}")
 
@@ -148,8 +135,12 @@ def expand(config: dict) -> dict[str, Run]:
         for d in scaling.get("d_grid", [base.get("d", 10)]):
             for D in scaling["D_grid"]:
                 name = f"scale_d{d}_D{D}"
-                entry = {"task": base | {"d": d, "D": D}, "pretrain": scaling.get("pretrain"),
-                         "transfer": scaling.get("transfer", {"enabled": False}), "dtype": scaling.get("dtype")}
+                entry = {
+                    "task": base | {"d": d, "D": D},
+                    "pretrain": scaling.get("pretrain"),
+                    "transfer": scaling.get("transfer", {"enabled": False}),
+                    "dtype": scaling.get("dtype"),
+                }
                 runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
 
     ablations = config.get("ablations") or {}
@@ -168,14 +159,14 @@ def expand(config: dict) -> dict[str, Run]:
                 "transfer": ablations.get("transfer", {"enabled": False}),
                 "dtype": ablations.get("dtype"),
             }
-            runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}")
+            runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}", vname)
         # the reference point of the ablations: the base task under the ablations' own budget
-        ref = {"data_identity": base_name, "task": base_entry.get("task", {}),
-               "pretrain": ablations.get("pretrain"), "transfer": ablations.get("transfer", {"enabled": False}),
-               "dtype": ablations.get("dtype")}
-        runs["ablation_none"] = _make_run(config, "ablation_none", ref, "ablation", "ablations")
+        ref = {
+            "data_identity": base_name,
+            "task": base_entry.get("task", {}),
+            "pretrain": ablations.get("pretrain"),
+            "transfer": ablations.get("transfer", {"enabled": False}),
+            "dtype": ablations.get("dtype"),
+        }
+        runs["ablation_none"] = _make_run(config, "ablation_none", ref, "ablation", "ablations", "none")
     return runs
-
-
-def study_hash(config: dict) -> str:
-    return config_hash(config)

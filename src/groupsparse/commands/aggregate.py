@@ -29,29 +29,55 @@ def _concat(paths, kind):
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _run_specs(paths) -> dict:
+    """Each run's spec, from the provenance of its pretraining tables (for figure titles)."""
+    from .. import io
+
+    specs = {}
+    for path in paths:
+        spec = io.read_provenance(path).get("spec")
+        if isinstance(spec, dict):
+            specs[spec.get("run_name") or spec.get("task_name")] = spec
+    return specs
+
+
 def _write_both(df, stem: Path, prov) -> None:
     """Parquet for analysis, CSV for the HTML report (which renders CSV as a table)."""
     from .. import io
+
     io.write_parquet(df, stem.with_suffix(".parquet"), prov)
     io.write_text_atomic(stem.with_suffix(".csv"), df.to_csv(index=False, float_format="%.6g"))
 
 
 def run(args) -> int:
-    from .. import aggregate, io
+    from .. import io
+    from ..analysis import summary
     from ..specs import config_hash
 
-    study = json.loads(Path(args.study_json).read_text()) if args.study_json.endswith(".json") else json.loads(args.study_json)
-    prov = io.provenance(config_hash(study), study.get("device", "cpu"), study=study)
+    study = (
+        json.loads(Path(args.study_json).read_text())
+        if args.study_json.endswith(".json")
+        else json.loads(args.study_json)
+    )
     out = Path(args.outdir)
-    traj = _concat(args.trajectories, "trajectory").sort_values(["run", "seed", "step"], kind="stable").reset_index(drop=True)
-    att = _concat(args.attention, "attention").sort_values(["run", "seed", "step", "key", "query"], kind="stable").reset_index(drop=True)
+    traj = (
+        _concat(args.trajectories, "trajectory").sort_values(["run", "seed", "step"], kind="stable").reset_index(drop=True)
+    )
+    prov = io.provenance(
+        config_hash(study), study.get("device", "cpu"), study=study, run_specs=_run_specs(args.trajectories)
+    )  # every table read: their provenance is too
+    att = (
+        _concat(args.attention, "attention")
+        .sort_values(["run", "seed", "step", "key", "query"], kind="stable")
+        .reset_index(drop=True)
+    )
     tables = {"pretrain_trajectories": traj, "pretrain_attention": att}
-    with_csv = {"pretrain_summary": aggregate.pretrain_summary(traj)}
+    with_csv = {"pretrain_summary": summary.pretrain_summary(traj)}
     if args.transfer:
         tr = _concat(args.transfer, "transfer")
         keys = [k for k in ("run", "task_name", "downstream", "seed", "method", "n") if k in tr]
         tables["transfer"] = tr = tr.sort_values(keys, kind="stable").reset_index(drop=True)
-        with_csv |= {"summary": aggregate.transfer_summary(tr), "sample_complexity": aggregate.sample_complexity(tr)}
+        with_csv |= {"summary": summary.transfer_summary(tr), "sample_complexity": summary.sample_complexity(tr)}
     # written only once every input is read and every summary computed: a corrupt input
     # leaves the earlier tables as they were
     for name, df in tables.items():

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import sys
 
-from ..cli import EXIT_DIVERGED, load_spec_arg, parse_seeds, set_threads
+from ._args import EXIT_DIVERGED, load_spec_arg, parse_seeds, set_threads
 
 
 def register(sub) -> None:
     p = sub.add_parser("pretrain", help="pretrain the paper's transformer for a chunk of seeds")
-    p.add_argument("--spec", type=load_spec_arg, required=True,
-                   help="run spec as JSON, or @file.json/@file.yaml (keys: study_seed, task_name, task, model, pretrain, dtype, device)")
+    p.add_argument(
+        "--spec",
+        type=load_spec_arg,
+        required=True,
+        help="run spec as JSON, or @file.json/@file.yaml "
+        "(keys: study_seed, task_name, task, model, pretrain, dtype, device, run_name, role, variant)",
+    )
     p.add_argument("--seeds", type=parse_seeds, required=True, help="repetitions, e.g. 0-4 or 0,3")
     p.add_argument("--checkpoint", required=True, help="output .safetensors with final parameters and tasks")
     p.add_argument("--trajectory", required=True, help="output Parquet, one row per seed and recorded step")
@@ -33,30 +38,49 @@ def run(args) -> int:
     from ..progress import Progress
 
     set_threads(args.threads)
-    print(f"pretrain {spec.task_name}: seeds {args.seeds}, {spec.pretrain.steps} steps, "
-          f"batch {spec.pretrain.batch}, eta {spec.pretrain.eta}, {spec.dtype} on {spec.device}, "
-          f"{args.threads} thread(s)", flush=True)
+    print(
+        f"pretrain {spec.task_name}: seeds {args.seeds}, {spec.pretrain.steps} steps, "
+        f"batch {spec.pretrain.batch}, eta {spec.pretrain.eta}, {spec.dtype} on {spec.device}, "
+        f"{args.threads} thread(s)",
+        flush=True,
+    )
     trainer = Trainer(spec, args.seeds, resume_path=args.resume_state, resume_every=args.resume_every)
     bar = Progress(spec.pretrain.steps, "steps")
     res = trainer.run(progress=lambda step, loss: bar.update(step))
     if res.resumed_from_step:
         print(f"  resumed from saved state at step {res.resumed_from_step}", flush=True)
-    prov = io.provenance(spec.science_hash(), spec.device, seeds=args.seeds, resumed_from_step=res.resumed_from_step,
-                         wall_seconds=res.wall_seconds, spec=spec.to_dict())
+    prov = io.provenance(
+        spec.science_hash(),
+        spec.device,
+        seeds=args.seeds,
+        resumed_from_step=res.resumed_from_step,
+        wall_seconds=res.wall_seconds,
+        spec=spec.to_dict(),
+    )
     res.trajectory["wall_seconds"] = res.wall_seconds
+    for table in (res.trajectory, res.attention):  # the run's role and varied settings, as columns
+        table.insert(1, "role", spec.role)
+        table.insert(2, "variant", spec.variant)
     io.write_parquet(res.trajectory, args.trajectory, prov)
     io.write_parquet(res.attention, args.attention, prov)
     diverged = [(s, st) for s, st in zip(args.seeds, res.diverged_step) if st >= 0]
     if diverged and spec.pretrain.on_diverge == "fail":
-        print(f"groupsparse pretrain: diverged (loss non-finite or above {DIVERGE_FACTOR:g}x its start) "
-              f"at (seed, step): {diverged}; "
-              f"lower pretrain.eta (now {spec.pretrain.eta}) or set pretrain.on_diverge: record", file=sys.stderr)
+        print(
+            f"groupsparse pretrain: diverged (loss non-finite or above {DIVERGE_FACTOR:g}x its start) "
+            f"at (seed, step): {diverged}; "
+            f"lower pretrain.eta (now {spec.pretrain.eta}) or set pretrain.on_diverge: record",
+            file=sys.stderr,
+        )
         return EXIT_DIVERGED
     tensors, meta = checkpoint_payload(spec, res, args.seeds)
     io.save_checkpoint(args.checkpoint, tensors, meta | {"provenance": prov})
     final = res.trajectory.sort_values("step").groupby("seed").tail(1)
-    print(final[["seed", "step", "eval_loss", "attention_on_relevant", "cos_v1_vstar", "v2_norm", "status"]]
-          .to_string(index=False), flush=True)
+    print(
+        final[["seed", "step", "eval_loss", "attention_on_relevant", "cos_v1_vstar", "v2_norm", "status"]].to_string(
+            index=False
+        ),
+        flush=True,
+    )
     if diverged:
         print(f"warning: diverged (seed, step): {diverged}; recorded with status 'diverged'", flush=True)
     print(f"wall time {res.wall_seconds:.1f} s", flush=True)

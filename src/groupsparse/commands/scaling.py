@@ -36,11 +36,20 @@ def _loss_target(text: str) -> float | None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("scaling", help="fit convergence time, sample complexity and attention concentration; "
-                                       "tabulate ablations; write the claims table with verdicts")
-    p.add_argument("--trajectories", nargs="+", required=True, metavar="[RUN=]PATH",
-                   help="pretraining trajectory tables; RUN= names the run (else the table's run column, "
-                        "else its task_name). Scaling runs are named scale_*, ablations ablation_*")
+    p = sub.add_parser(
+        "scaling",
+        help="fit convergence time, sample complexity and attention concentration; "
+        "tabulate ablations; write the claims table with verdicts",
+    )
+    p.add_argument(
+        "--trajectories",
+        nargs="+",
+        required=True,
+        metavar="[RUN=]PATH",
+        help="pretraining trajectory tables; RUN= names the run (else the table's run column, "
+        "else its task_name). Each table's role column says which runs are scaling points "
+        "and which ablations",
+    )
     p.add_argument("--transfer", nargs="*", default=[], metavar="[RUN=]PATH", help="transfer tables, named as above")
     p.add_argument("--out-claims", required=True, help="output Parquet: claim, prediction, measured, interval, verdict")
     p.add_argument("--out-claims-csv", default=None, help="also write the claims as CSV (for the report)")
@@ -52,15 +61,27 @@ def register(sub) -> None:
     p.add_argument("--thresholds", type=_floats, default=(0.5, 0.9, 0.99), help="attention-mass thresholds")
     p.add_argument("--loss-target", type=_loss_target, default=0.3, help="eval-loss target, or 'none'")
     p.add_argument("--accuracy-targets", type=_floats, default=(0.8, 0.9), help="transfer test-accuracy targets")
-    p.add_argument("--methods", type=_names, default=("pretrained_finetune", "logreg"),
-                   help="transfer methods for the sample-complexity fits")
-    p.add_argument("--downstream", type=_names, default=("transfer",),
-                   help="downstream tasks to analyse, comma-separated (default: transfer; the negative control "
-                        "is not a test of the theory's rates)")
+    p.add_argument(
+        "--methods",
+        type=_names,
+        default=("pretrained_finetune", "logreg"),
+        help="transfer methods for the sample-complexity fits",
+    )
+    p.add_argument(
+        "--downstream",
+        type=_names,
+        default=("transfer",),
+        help="downstream tasks to analyse, comma-separated (default: transfer; the negative control "
+        "is not a test of the theory's rates)",
+    )
     p.add_argument("--near-one", type=float, default=0.9, help="what 'attention near 1' means")
     p.add_argument("--baseline", default="ablation_none", help="the run the ablations are compared with")
-    p.add_argument("--ablation-sizes", type=_ints, default=None,
-                   help="transfer sizes n reported per ablation (default: smallest, middle, largest)")
+    p.add_argument(
+        "--ablation-sizes",
+        type=_ints,
+        default=None,
+        help="transfer sizes n reported per ablation (default: smallest, middle, largest)",
+    )
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--study-seed", type=int, default=0, help="seeds the bootstrap (with each fit's identity)")
     p.set_defaults(func=run)
@@ -95,21 +116,37 @@ def read_named(specs: list[str], what: str):
 def run(args) -> int:
     from dataclasses import asdict
 
-    from .. import io, scaling, scaling_figures
+    from .. import io
+    from ..analysis.claims import analyse
+    from ..analysis.scaling_laws import Settings
+    from ..analysis.stats import CONFIDENCE, VERDICT_RULE
+    from ..figures import scaling as scaling_figures
     from ..specs import config_hash
 
     if args.n_boot < 100:
-        raise io.InputError(f"--n-boot: need at least 100 resamples for a {scaling.CONFIDENCE:.0%} interval, "
-                            f"got {args.n_boot}")
-    settings = scaling.Settings(
-        thresholds=args.thresholds, loss_target=args.loss_target, accuracy_targets=args.accuracy_targets,
-        methods=args.methods, downstream=args.downstream, near_one=args.near_one, baseline=args.baseline,
-        ablation_sizes=args.ablation_sizes, n_boot=args.n_boot, study_seed=args.study_seed)
+        raise io.InputError(f"--n-boot: need at least 100 resamples for a {CONFIDENCE:.0%} interval, got {args.n_boot}")
+    settings = Settings(
+        thresholds=args.thresholds,
+        loss_target=args.loss_target,
+        accuracy_targets=args.accuracy_targets,
+        methods=args.methods,
+        downstream=args.downstream,
+        near_one=args.near_one,
+        baseline=args.baseline,
+        ablation_sizes=args.ablation_sizes,
+        n_boot=args.n_boot,
+        study_seed=args.study_seed,
+    )
     traj, traj_inputs = read_named(args.trajectories, "trajectory")
     transfer, transfer_inputs = read_named(args.transfer, "transfer") if args.transfer else (None, {})
-    analysis = scaling.analyse(traj, transfer, settings)
-    prov = io.provenance(config_hash(asdict(settings)), "cpu", settings=asdict(settings),
-                         inputs=traj_inputs | transfer_inputs, verdict_rule=scaling.VERDICT_RULE)
+    analysis = analyse(traj, transfer, settings)
+    prov = io.provenance(
+        config_hash(asdict(settings)),
+        "cpu",
+        settings=asdict(settings),
+        inputs=traj_inputs | transfer_inputs,
+        verdict_rule=VERDICT_RULE,
+    )
     io.write_parquet(analysis.claims, args.out_claims, prov)
     if args.out_claims_csv:  # the HTML report renders CSV as a table
         io.write_text_atomic(args.out_claims_csv, analysis.claims.to_csv(index=False, float_format="%.6g"))
@@ -122,6 +159,9 @@ def run(args) -> int:
         io.write_parquet(analysis.crossings, args.out_crossings, prov)
     scaling_figures.write_all(analysis, args.figures)
     counts = analysis.claims["verdict"].value_counts().to_dict()
-    print(f"scaling: {len(analysis.fits)} fits, {len(analysis.claims)} claims {counts}, "
-          f"{len(analysis.ablations)} ablation rows; figures in {args.figures}", flush=True)
+    print(
+        f"scaling: {len(analysis.fits)} fits, {len(analysis.claims)} claims {counts}, "
+        f"{len(analysis.ablations)} ablation rows; figures in {args.figures}",
+        flush=True,
+    )
     return 0

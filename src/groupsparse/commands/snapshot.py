@@ -1,21 +1,7 @@
 """`groupsparse snapshot`: copy a finished run's main figures to docs/ and write its
-tables as Markdown into the README (between the RESULTS markers)."""
+tables as Markdown into the README (between the RESULTS markers); see :mod:`groupsparse.report`."""
 
 from __future__ import annotations
-
-import json
-import math
-import re
-import shutil
-from pathlib import Path
-
-BEGIN, END = "<!-- RESULTS:BEGIN -->", "<!-- RESULTS:END -->"
-MAIN_FIGURES = [
-    ("base", "pretrain_curves"), ("base", "attention_heatmaps"), ("base", "parameters"),
-    ("base", "transfer_accuracy"), ("digits", "image_attention"), ("digits", "image_examples"),
-    ("digits", "transfer_accuracy"), ("scaling", "convergence_time"), ("scaling", "attention_concentration"),
-    ("scaling", "sample_complexity"), ("scaling", "ablations"),
-]
 
 
 def register(sub) -> None:
@@ -23,156 +9,19 @@ def register(sub) -> None:
     p.add_argument("--results", default="results", help="a finished run's results folder")
     p.add_argument("--docs", default="docs/results", help="where the figure copies go")
     p.add_argument("--readme", default="README.md", help="README whose RESULTS section is replaced")
-    p.add_argument("--wall-seconds", type=float, default=None,
-                   help="wall time of the snakemake run, to report beside the sum of the job times")
+    p.add_argument(
+        "--wall-seconds",
+        type=float,
+        default=None,
+        help="wall time of the snakemake run, to report beside the sum of the job times",
+    )
     p.add_argument("--cores", type=int, default=2, help="cores the run used (for the overhead ratio)")
     p.set_defaults(func=run)
 
 
-def _fmt(x, digits=3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if isinstance(x, float):
-        return f"{x:.{digits}f}"
-    return str(x)
-
-
-def _table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_fmt(c) if not isinstance(c, str) else c for c in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-SUMMARISED_ELSEWHERE = ("scale_", "ablation_")  # scaling points and ablations: in the claims table
-
-
-def task_runs(tables: Path) -> list[str]:
-    """The study's named tasks (not scaling points or ablations), in table order."""
-    from .. import io
-    runs = io.read_parquet(tables / "pretrain_summary.parquet")["run"]
-    return [r for r in runs if not r.startswith(SUMMARISED_ELSEWHERE)]
-
-
-def pretrain_section(tables: Path) -> str:
-    from .. import io
-    ps = io.read_parquet(tables / "pretrain_summary.parquet")
-    ps = ps[~ps["run"].str.startswith(SUMMARISED_ELSEWHERE)]
-    rows = []
-    for _, r in ps.iterrows():
-        rows.append([r["run"], f"{r['d']}", f"{r['D']}", f"{r['n_seeds_ok']}/{r['n_seeds_ok'] + r['n_seeds_diverged']}",
-                     f"{r['attention_on_relevant_mean']:.3f} [{r['attention_on_relevant_ci_low']:.3f}, {r['attention_on_relevant_ci_high']:.3f}]",
-                     _fmt(float(r['cos_v1_vstar_mean']), 4), _fmt(float(r['v2_norm_mean']), 3), f"{r['eval_loss_mean']:.4f}",
-                     f"{r['eval_accuracy_mean']:.3f}", f"{r['wall_seconds']:.0f}"])
-    return _table(["run", "d", "D", "seeds ok", "attention on j* [95% CI]", "cos(v1, v*)", "abs(v2)", "eval loss",
-                   "eval accuracy", "job wall s"], rows)
-
-
-def transfer_section(tables: Path, run: str) -> str:
-    from .. import io
-    s = io.read_parquet(tables / "summary.parquet")
-    s = s[(s["run"] == run)]
-    out = []
-    for down in ("transfer", "negative_control"):
-        t = s[s["downstream"] == down]
-        if t.empty:
-            continue
-        sizes = sorted(t["n"].unique())
-        rows = []
-        for method, g in t.groupby("method", sort=False):
-            g = g.set_index("n")
-            rows.append([method] + [f"{g.loc[n, 'mean_test_accuracy']:.3f} [{g.loc[n, 'ci_low']:.2f}, {g.loc[n, 'ci_high']:.2f}]"
-                                    if n in g.index else "–" for n in sizes])
-        out.append(f"*{run}, downstream {down.replace('_', ' ')}: mean test accuracy over seeds [95% bootstrap CI]*\n\n"
-                   + _table(["method"] + [f"n={n}" for n in sizes], rows))
-    sc = io.read_parquet(tables / "sample_complexity.parquet")
-    sc = sc[(sc["run"] == run) & (sc["downstream"] == "transfer")]
-    if len(sc):
-        rows = []
-        for method, g in sc.groupby("method", sort=False):
-            g = g.set_index("target_accuracy")
-            n_fmt = lambda x: "> grid" if isinstance(x, float) and math.isinf(x) else _fmt(x, 0)
-            cell = lambda t: (f"{n_fmt(g.loc[t, 'n_needed'])} [{n_fmt(g.loc[t, 'ci_low'])}, {n_fmt(g.loc[t, 'ci_high'])}]"
-                              if t in g.index else "–")
-            rows.append([method, cell(0.9), cell(0.95)])
-        out.append(f"*{run}: samples needed for 90% and 95% test accuracy (interpolated in log n; "
-                   "'> grid' = not reached by the largest n) [95% bootstrap CI]*\n\n"
-                   + _table(["method", "n for 90%", "n for 95%"], rows))
-    return "\n\n".join(out)
-
-
-def claims_section(tables: Path) -> str:
-    from .. import io
-    path = tables / "claims.parquet"
-    if not path.exists():
-        return ""
-    c = io.read_parquet(path)
-    cols = [k for k in ("claim", "prediction", "measured", "low", "high", "verdict") if k in c]
-    rows = [[str(r[k]) if isinstance(r[k], str) else r[k] for k in cols] for _, r in c.iterrows()]
-    return _table(cols, rows)
-
-
-def overhead_section(results: Path, wall: float | None, cores: int) -> str:
-    import pandas as pd
-    rows = []
-    for tsv in sorted((results / "benchmarks").rglob("*.tsv")):
-        b = pd.read_csv(tsv, sep="\t")
-        rows.append({"job": str(tsv.relative_to(results / "benchmarks")), "s": float(b["s"].iloc[0]),
-                     "max_rss": float(b["max_rss"].iloc[0]) if str(b["max_rss"].iloc[0]) != "-" else float("nan")})
-    df = pd.DataFrame(rows)
-    total = df["s"].sum()
-    big = df.loc[df["max_rss"].idxmax()] if df["max_rss"].notna().any() else None
-    text = f"{len(df)} jobs; sum of job wall times {total:.0f} s (ideal on {cores} cores: {total / cores:.0f} s)"
-    if wall:
-        text += f"; snakemake wall time {wall:.0f} s, i.e. {wall / (total / cores):.2f}x the ideal"
-    if big is not None:
-        text += f"; largest peak memory {big['max_rss']:.0f} MB ({big['job']})"
-    return text + "."
-
-
 def run(args) -> int:
-    results, docs = Path(args.results), Path(args.docs)
-    tables = results / "tables"
-    docs.mkdir(parents=True, exist_ok=True)
-    figs = []
-    for sub, name in MAIN_FIGURES:
-        src = results / "figures" / sub / f"{name}.png"
-        if src.exists():
-            dst = docs / f"{sub}_{name}.png"
-            shutil.copyfile(src, dst)
-            figs.append((sub, name, dst))
-    parts = ["## Results of the default study", "",
-             "Measured by `snakemake --cores 2` on the default `config.yaml` (2-core machine, CPU); regenerate this "
-             "section and `docs/results/` with `groupsparse snapshot --wall-seconds <wall time of the run>`.", "",
-             "**Run time.** " + overhead_section(results, args.wall_seconds, args.cores), "",
-             "### Pretraining (final step, mean over seeds)", "", pretrain_section(tables), ""]
-    if (tables / "summary.parquet").exists():
-        for run_name in task_runs(tables):
-            section = transfer_section(tables, run_name)
-            if section:
-                parts += [f"### Transfer: {run_name}", "", section, ""]
-    claims = claims_section(tables)
-    if claims:
-        parts += ["### Claims (verdicts by the rule in `groupsparse.scaling`)", "", claims, ""]
-    parts += ["### Figures", ""]
-    readme_dir = Path(args.readme).resolve().parent
-    for sub, name, path in figs:
-        rel = path.resolve().relative_to(readme_dir) if path.resolve().is_relative_to(readme_dir) else path
-        parts += [f"**{sub}: {name.replace('_', ' ')}**", "", f"![{sub} {name}]({rel.as_posix()})", ""]
-    prov = json.loads((results / "provenance.json").read_text()) if (results / "provenance.json").exists() else {}
-    if prov:
-        parts += [f"Provenance: config hash `{prov.get('config_hash')}`, git commit `{prov.get('git_commit')}`, "
-                  f"torch {prov.get('versions', {}).get('torch')}, host `{prov.get('host')}`.", ""]
-    body = "\n".join(parts)
-    readme = Path(args.readme)
-    text = readme.read_text()
-    block = f"{BEGIN}\n{body}\n{END}"
-    if BEGIN in text and END in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    from .. import io
-    io.write_text_atomic(readme, text)
-    print(f"wrote {len(figs)} figures to {docs} and the results section of {readme}")
+    from ..report import write_snapshot
+
+    count = write_snapshot(args.results, args.docs, args.readme, args.wall_seconds, args.cores)
+    print(f"wrote {count} figures to {args.docs} and the results section of {args.readme}")
     return 0

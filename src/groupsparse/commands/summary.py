@@ -6,8 +6,13 @@ from __future__ import annotations
 def register(sub) -> None:
     p = sub.add_parser("summary", help="print a result table (Parquet) as an aligned text table")
     p.add_argument("table", help="e.g. results/tables/summary.parquet")
-    p.add_argument("--where", action="append", default=[], metavar="COL=VALUE",
-                   help="keep rows where COL equals VALUE (repeatable)")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="COL=VALUE",
+        help="keep rows where COL equals VALUE (repeatable)",
+    )
     p.add_argument("--columns", default=None, help="comma-separated columns to show")
     p.add_argument("--max-rows", type=int, default=200)
     p.set_defaults(func=run)
@@ -17,6 +22,7 @@ def run(args) -> int:
     import pandas as pd
 
     from .. import io
+
     df = io.read_parquet(args.table)
     for cond in args.where:
         col, _, value = cond.partition("=")
@@ -29,8 +35,16 @@ def run(args) -> int:
         if missing:
             raise io.InputError(f"--columns: no column {missing[0]!r}; columns: {', '.join(df.columns)}")
         df = df[cols]
-    with pd.option_context("display.width", 250, "display.max_columns", 50, "display.max_rows", args.max_rows,
-                           "display.float_format", "{:.4g}".format):
+    with pd.option_context(
+        "display.width",
+        250,
+        "display.max_columns",
+        50,
+        "display.max_rows",
+        args.max_rows,
+        "display.float_format",
+        "{:.4g}".format,
+    ):
         print(df.head(args.max_rows).to_string(index=False))
     if len(df) > args.max_rows:
         print(f"... {len(df) - args.max_rows} more rows")

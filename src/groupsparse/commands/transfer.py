@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import load_spec_arg, set_threads
+from ._args import load_spec_arg, set_threads
 
 
 def parse_names(text: str) -> list[str]:
@@ -28,13 +28,25 @@ def register(sub) -> None:
     from ..transfer.spec import DEFAULT_SIZES, METHODS
 
     p = sub.add_parser("transfer", help="fine-tune a pretrained checkpoint and fit baselines at many sample sizes")
-    p.add_argument("--spec", type=load_spec_arg, required=True,
-                   help='{"run": <RunSpec of the pretraining run>, "transfer": <TransferSpec>} as JSON, or @file')
+    p.add_argument(
+        "--spec",
+        type=load_spec_arg,
+        required=True,
+        help='{"run": <RunSpec of the pretraining run>, "transfer": <TransferSpec>} as JSON, or @file',
+    )
     p.add_argument("--checkpoint", required=True, help="pretraining checkpoint (.safetensors) of that run")
-    p.add_argument("--methods", type=parse_names, default=list(METHODS),
-                   help=f"comma-separated, from: {','.join(METHODS)} (default: all)")
-    p.add_argument("--sizes", type=parse_sizes, default=list(DEFAULT_SIZES),
-                   help=f"training sample sizes n, comma-separated (default {','.join(map(str, DEFAULT_SIZES))})")
+    p.add_argument(
+        "--methods",
+        type=parse_names,
+        default=list(METHODS),
+        help=f"comma-separated, from: {','.join(METHODS)} (default: all)",
+    )
+    p.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=list(DEFAULT_SIZES),
+        help=f"training sample sizes n, comma-separated (default {','.join(map(str, DEFAULT_SIZES))})",
+    )
     p.add_argument("--out", required=True, help="output Parquet, one row per (downstream, seed, method, n)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the job's thread count)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the run spec's device")
@@ -54,27 +66,49 @@ def run(args) -> int:
         raise ConfigError(f"--spec.{unknown[0]}: unknown key; allowed: run, transfer")
     run_spec = RunSpec.from_dict(raw["run"])
     spec = TransferSpec.from_dict(raw.get("transfer"))
-    check_grid(args.methods, args.sizes, spec)     # before any heavy import or work
+    check_grid(args.methods, args.sizes, spec)  # before any heavy import or work
     device = args.device or run_spec.device
     set_threads(args.threads)
 
     from ..transfer.runner import run_transfer, transfer_hash
 
-    print(f"transfer {run_spec.task_name}: methods {','.join(args.methods)}, sizes {args.sizes}, "
-          f"downstream {','.join(spec.downstream)}, rule {spec.selection}, on {device}, {args.threads} thread(s)",
-          flush=True)
-    res = run_transfer(run_spec, spec, args.checkpoint, args.methods, args.sizes, device=device,
-                       progress=lambda msg: print("  " + msg, flush=True))
-    prov = io.provenance(transfer_hash(run_spec, spec), device, seeds=res.seeds, methods=args.methods,
-                         sizes=args.sizes, run_spec=run_spec.to_dict(), transfer_spec=spec.to_dict(),
-                         run_science_hash=run_spec.science_hash(), wall_seconds=res.wall_seconds,
-                         seconds_per_method=res.seconds_per_method,
-                         group_lasso_compile_seconds=res.group_lasso_compile_seconds, threads=args.threads)
+    print(
+        f"transfer {run_spec.task_name}: methods {','.join(args.methods)}, sizes {args.sizes}, "
+        f"downstream {','.join(spec.downstream)}, rule {spec.selection}, on {device}, {args.threads} thread(s)",
+        flush=True,
+    )
+    res = run_transfer(
+        run_spec,
+        spec,
+        args.checkpoint,
+        args.methods,
+        args.sizes,
+        device=device,
+        progress=lambda msg: print("  " + msg, flush=True),
+    )
+    prov = io.provenance(
+        transfer_hash(run_spec, spec),
+        device,
+        seeds=res.seeds,
+        methods=args.methods,
+        sizes=args.sizes,
+        run_spec=run_spec.to_dict(),
+        transfer_spec=spec.to_dict(),
+        run_science_hash=run_spec.science_hash(),
+        wall_seconds=res.wall_seconds,
+        seconds_per_method=res.seconds_per_method,
+        group_lasso_compile_seconds=res.group_lasso_compile_seconds,
+        threads=args.threads,
+    )
+    res.table.insert(1 if "run" in res.table else 0, "role", run_spec.role)  # the run's role and variant, as columns
+    res.table.insert(2 if "run" in res.table else 1, "variant", run_spec.variant)
     io.write_parquet(res.table, args.out, prov)
     summary = res.table.groupby(["downstream", "method", "n"])["test_accuracy"].mean().unstack("n")
     print(summary.round(3).to_string(), flush=True)
     counts = res.table["status"].value_counts().to_dict()
-    print(f"status counts {counts}; seconds per method "
-          f"{ {m: round(s, 1) for m, s in res.seconds_per_method.items()} }; wall time {res.wall_seconds:.1f} s",
-          flush=True)
+    print(
+        f"status counts {counts}; seconds per method "
+        f"{ {m: round(s, 1) for m, s in res.seconds_per_method.items()} }; wall time {res.wall_seconds:.1f} s",
+        flush=True,
+    )
     return 0

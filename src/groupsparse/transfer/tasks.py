@@ -16,7 +16,7 @@ import torch
 from .. import data
 from ..io import InputError
 from ..model import token_width
-from ..pretrain import task_identity
+from ..seeding import task_identity
 from ..seeding import torch_generator
 from ..specs import ConfigError, RunSpec
 from .spec import TransferSpec

@@ -12,28 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import io
-from .scaling import CONFIDENCE, Analysis, FitRecord
-
-FIGURES = ("convergence_time", "attention_concentration", "sample_complexity", "ablations")
-
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def save(fig, directory: Path, name: str) -> list[Path]:
-    paths = []
-    for fmt in ("png", "pdf"):
-        path = directory / f"{name}.{fmt}"
-        with io.atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight")
-        paths.append(path)
-    _plt().close(fig)
-    return paths
+from ..analysis.claims import Analysis
+from ..analysis.scaling_laws import FitRecord
+from ..analysis.stats import CONFIDENCE
+from . import pyplot as _plt
+from . import save
 
 
 def _empty(title: str, why: str):
@@ -49,8 +32,7 @@ def _grid(n: int, panel_height: float = 4.6):
     plt = _plt()
     cols = min(n, 3)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.4 * cols, panel_height * rows), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(rows, cols, figsize=(5.4 * cols, panel_height * rows), squeeze=False, layout="constrained")
     for ax in axes.flat[n:]:
         ax.axis("off")
     return fig, list(axes.flat[:n])
@@ -67,33 +49,59 @@ def _band(rec: FitRecord, xs: np.ndarray):
     return np.vstack([centre - half, centre + half])
 
 
-def fit_panel(ax, rec: FitRecord, *, x_exp: bool, y_exp: bool, theory_slope: float | None = None,
-              x_label: str = "", y_label: str = "") -> None:
+def fit_panel(
+    ax,
+    rec: FitRecord,
+    *,
+    x_exp: bool,
+    y_exp: bool,
+    theory_slope: float | None = None,
+    x_label: str = "",
+    y_label: str = "",
+) -> None:
     """Data, level statistics, fitted line, bootstrap band; axes in natural units on log scales."""
     tx = np.exp if x_exp else (lambda v: v)
     ty = np.exp if y_exp else (lambda v: v)
     pts, f = rec.points, rec.fit
     ok, cens = pts[~pts["censored"].astype(bool)], pts[pts["censored"].astype(bool)]
     if len(ok):
-        ax.scatter(tx(ok["x"]), ty(ok["y"]), s=14, color="0.45", label="seeds" if (pts["seed"] >= 0).any()
-                   else "seed-mean curve", zorder=2)
+        ax.scatter(
+            tx(ok["x"]),
+            ty(ok["y"]),
+            s=14,
+            color="0.45",
+            label="seeds" if (pts["seed"] >= 0).any() else "seed-mean curve",
+            zorder=2,
+        )
     if len(cens):
-        ax.scatter(tx(cens["x"]), ty(cens["y"]), s=30, marker="^", facecolors="none", edgecolors="C3",
-                   label="censored (lower bound)", zorder=3)
+        ax.scatter(
+            tx(cens["x"]),
+            ty(cens["y"]),
+            s=30,
+            marker="^",
+            facecolors="none",
+            edgecolors="C3",
+            label="censored (lower bound)",
+            zorder=3,
+        )
     used = f.used
     ax.scatter(tx(f.x[used]), ty(f.y[used]), s=40, color="C0", label="level statistic", zorder=4)
     if np.isfinite(f.slope):
         xs = np.linspace(f.x[used].min(), f.x[used].max(), 50)
-        ax.plot(tx(xs), ty(f.intercept + f.slope * xs), color="C0",
-                label=f"fit: slope {f.slope:.2f} [{f.low:.2f}, {f.high:.2f}]")
+        ax.plot(
+            tx(xs),
+            ty(f.intercept + f.slope * xs),
+            color="C0",
+            label=f"fit: slope {f.slope:.2f} [{f.low:.2f}, {f.high:.2f}]",
+        )
         band = _band(rec, xs)
         if band is not None:
-            ax.fill_between(tx(xs), ty(band[0]), ty(band[1]), color="C0", alpha=0.2,
-                            label=f"{CONFIDENCE:.0%} band")
+            ax.fill_between(tx(xs), ty(band[0]), ty(band[1]), color="C0", alpha=0.2, label=f"{CONFIDENCE:.0%} band")
         if theory_slope is not None:
             x0, y0 = xs.mean(), f.intercept + f.slope * xs.mean()
-            ax.plot(tx(xs), ty(y0 + theory_slope * (xs - x0)), "--", color="C2",
-                    label=f"theory: slope {theory_slope:g}")
+            ax.plot(
+                tx(xs), ty(y0 + theory_slope * (xs - x0)), "--", color="C2", label=f"theory: slope {theory_slope:g}"
+            )
     if x_exp:
         ax.set_xscale("log")
         ticks = np.unique(np.exp(f.x))
@@ -118,7 +126,7 @@ def _title(rec: FitRecord) -> str:
 
 def convergence_figure(records: list[FitRecord]):
     if not records:
-        return _empty("steps to threshold vs D", "no scaling runs (run names starting with the scale prefix)")
+        return _empty("steps to threshold vs D", "no runs with role scaling")
     fig, axes = _grid(len(records))
     for ax, rec in zip(axes, records):
         fit_panel(ax, rec, x_exp=True, y_exp=True, theory_slope=3.0, x_label="D (groups)", y_label="steps T")
@@ -141,8 +149,15 @@ def sample_complexity_figure(records: list[FitRecord]):
         return _empty("samples to target accuracy vs (d, D)", "no transfer results for scaling runs")
     fig, axes = _grid(len(records))
     for ax, rec in zip(axes, records):
-        fit_panel(ax, rec, x_exp=True, y_exp=True, theory_slope=1.0 if rec.prediction else None,
-                  x_label=rec.x_name.removeprefix("log(").removesuffix(")"), y_label="n* (samples)")
+        fit_panel(
+            ax,
+            rec,
+            x_exp=True,
+            y_exp=True,
+            theory_slope=1.0 if rec.prediction else None,
+            x_label=rec.x_name.removeprefix("log(").removesuffix(")"),
+            y_label="n* (samples)",
+        )
     fig.suptitle("Samples to a target test accuracy (theory: d + D pretrained, d D logistic regression)")
     return fig
 
@@ -150,8 +165,12 @@ def sample_complexity_figure(records: list[FitRecord]):
 def ablations_figure(table: pd.DataFrame):
     if table is None or not len(table):
         return _empty("ablations", "no ablation runs")
-    table = table.assign(what=[m if not meth else f"{m} ({meth}, n={n})" for m, meth, n in
-                               zip(table["metric"], table["method"], table["n"])])
+    table = table.assign(
+        what=[
+            m if not meth else f"{m} ({meth}, n={n})"
+            for m, meth, n in zip(table["metric"], table["method"], table["n"])
+        ]
+    )
     whats = list(dict.fromkeys(table["what"]))
     fig, axes = _grid(len(whats), panel_height=1.2 + 0.3 * table["ablation"].nunique())
     for ax, what in zip(axes, whats):

@@ -19,19 +19,21 @@ from groupsparse.transfer import METHODS, TransferSpec
 from groupsparse.transfer.methods import METHODS as REGISTRY
 from groupsparse.transfer.methods import encoder_layer
 from groupsparse.transfer.runner import COLUMNS, STATUSES, run_transfer
-from groupsparse.transfer.tasks import draw, make_downstream_tasks, pretrain_task, heldout_generator, train_generator
+from groupsparse.transfer.tasks import draw, heldout_generator, make_downstream_tasks, pretrain_task, train_generator
 
 RUN = {"study_seed": 3, "task_name": "tiny", "task": {"d": 4, "D": 4}, "pretrain": {"steps": 300, "batch": 256}}
 SEEDS = [0, 1, 2]
 # Smaller nets than the defaults keep this file fast; every other setting is the default.
-SMALL = {"test_size": 2000, "hyperparameters": {
-    "mlp": {"width": 32, "min_steps": 100},
-    "std_transformer": {"width": 16, "heads": 2, "ff_width": 32, "min_steps": 100}}}
+SMALL = {
+    "test_size": 2000,
+    "hyperparameters": {
+        "mlp": {"width": 32, "min_steps": 100},
+        "std_transformer": {"width": 16, "heads": 2, "ff_width": 32, "min_steps": 100},
+    },
+}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +48,9 @@ def checkpoint(tmp_path_factory):
 
 
 def _run(checkpoint, methods, sizes, **transfer):
-    return run_transfer(RunSpec.from_dict(RUN), TransferSpec.from_dict(SMALL | transfer), checkpoint,
-                        methods, sizes).table
+    return run_transfer(
+        RunSpec.from_dict(RUN), TransferSpec.from_dict(SMALL | transfer), checkpoint, methods, sizes
+    ).table
 
 
 def _comparable(df: pd.DataFrame) -> pd.DataFrame:
@@ -62,6 +65,7 @@ def moderate(checkpoint):
 
 
 # -- the table ---------------------------------------------------------------------------
+
 
 def test_table_schema_and_one_row_per_cell(moderate):
     assert list(moderate.columns) == COLUMNS
@@ -92,8 +96,13 @@ def test_finetuned_pretrained_model_beats_the_same_model_from_scratch(checkpoint
 
 def test_a_fresh_read_out_on_the_pretrained_attention_learns_fast(checkpoint):
     """v_start: zero drops the pretrained v (which points along the old v*); attention stays."""
-    table = _run(checkpoint, ["pretrained_frozen_W"], [64], downstream=["transfer"],
-                 hyperparameters={"pretrained_frozen_W": {"v_start": "zero"}})
+    table = _run(
+        checkpoint,
+        ["pretrained_frozen_W"],
+        [64],
+        downstream=["transfer"],
+        hyperparameters={"pretrained_frozen_W": {"v_start": "zero"}},
+    )
     assert table["test_accuracy"].mean() > 0.8
     assert json.loads(table["hyperparameters"].iloc[0])["v_start"] == "zero"
 
@@ -121,19 +130,24 @@ def test_logreg_row_matches_a_direct_scikit_learn_fit(moderate):
     model = LogisticRegression(C=1.0, max_iter=1000).fit(X.reshape(n, -1).numpy(), y.numpy())
     f = model.decision_function(Xt.reshape(len(yt), -1).numpy())
     row = moderate[(moderate.downstream == "transfer") & (moderate.method == "logreg") & (moderate.seed == seed)]
-    assert row["test_accuracy"].item() == pytest.approx(float(np.mean(np.where(f > 0, 1.0, -1.0) == yt.numpy())), abs=1e-12)
+    assert row["test_accuracy"].item() == pytest.approx(
+        float(np.mean(np.where(f > 0, 1.0, -1.0) == yt.numpy())), abs=1e-12
+    )
     assert row["test_loss"].item() == pytest.approx(float(np.mean(np.logaddexp(0, -yt.numpy() * f))), rel=1e-9)
 
 
 # -- identity of the data: reruns and split grids ----------------------------------------
 
+
 def test_same_seeds_identical_tables_and_a_split_grid_changes_nothing(checkpoint):
     whole = _run(checkpoint, list(METHODS), [16, 32], downstream=["transfer"])
     again = _run(checkpoint, list(METHODS), [16, 32], downstream=["transfer"])
     pd.testing.assert_frame_equal(_comparable(whole), _comparable(again))
-    parts = [_run(checkpoint, list(METHODS[:4]), [32], downstream=["transfer"]),
-             _run(checkpoint, list(METHODS[4:]), [32], downstream=["transfer"]),
-             _run(checkpoint, list(reversed(METHODS)), [16], downstream=["transfer"])]
+    parts = [
+        _run(checkpoint, list(METHODS[:4]), [32], downstream=["transfer"]),
+        _run(checkpoint, list(METHODS[4:]), [32], downstream=["transfer"]),
+        _run(checkpoint, list(reversed(METHODS)), [16], downstream=["transfer"]),
+    ]
     pd.testing.assert_frame_equal(_comparable(whole), _comparable(pd.concat(parts)))
     assert (whole["status"] == "ok").all()
 
@@ -156,10 +170,18 @@ def test_downstream_tasks_share_the_pattern_and_change_the_direction():
 
 # -- the hyperparameter rule, divergence, the std transformer -----------------------------
 
+
 def test_cross_validation_picks_from_the_grid(checkpoint):
     grid = {"logreg": {"C": [0.01, 100.0]}, "pretrained_frozen_W": {"eta": [0.01, 0.3]}}
-    table = _run(checkpoint, ["logreg", "pretrained_frozen_W"], [3, 48], selection="cv", cv_folds=2, grids=grid,
-                 downstream=["transfer"])
+    table = _run(
+        checkpoint,
+        ["logreg", "pretrained_frozen_W"],
+        [3, 48],
+        selection="cv",
+        cv_folds=2,
+        grids=grid,
+        downstream=["transfer"],
+    )
     for _, row in table.iterrows():
         hp = json.loads(row["hyperparameters"])
         if row["n"] == 3:  # fewer than 2 samples per fold: the fixed defaults
@@ -192,8 +214,10 @@ def test_fine_tuning_gradient_closed_form_equals_autograd():
 
     spec = RunSpec.from_dict(RUN)
     gen = torch.Generator().manual_seed(4)
-    params = {"layer0.W": torch.randn(2, 8, 8, generator=gen, dtype=torch.float64),
-              "v": torch.randn(2, 8, generator=gen, dtype=torch.float64)}
+    params = {
+        "layer0.W": torch.randn(2, 8, 8, generator=gen, dtype=torch.float64),
+        "v": torch.randn(2, 8, generator=gen, dtype=torch.float64),
+    }
     Z = embed(torch.randn(2, 1, 4, 4, generator=gen, dtype=torch.float64), spec.model)
     y = torch.tensor([[1.0], [-1.0]], dtype=torch.float64)
     closed = _sgd_grads(params, Z, y, spec.model, True, 1.0, ("layer0.W", "v"))
@@ -203,29 +227,52 @@ def test_fine_tuning_gradient_closed_form_equals_autograd():
 
 
 def test_a_model_variant_fine_tunes_through_autograd(tmp_path):
-    run = {"study_seed": 5, "task_name": "variant", "task": {"d": 3, "D": 3},
-           "model": {"layers": 2, "positions": "add"}, "pretrain": {"steps": 40, "batch": 128}}
+    run = {
+        "study_seed": 5,
+        "task_name": "variant",
+        "task": {"d": 3, "D": 3},
+        "model": {"layers": 2, "positions": "add"},
+        "pretrain": {"steps": 40, "batch": 128},
+    }
     spec = RunSpec.from_dict(run)
     res = Trainer(spec, [0, 1]).run()
     path = tmp_path / "variant.safetensors"
     io.save_checkpoint(path, *checkpoint_payload(spec, res, [0, 1]))
-    table = run_transfer(spec, TransferSpec.from_dict({"test_size": 500, "downstream": ["transfer"]}), path,
-                         ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"], [32]).table
+    table = run_transfer(
+        spec,
+        TransferSpec.from_dict({"test_size": 500, "downstream": ["transfer"]}),
+        path,
+        ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"],
+        [32],
+    ).table
     assert (table["status"] == "ok").all() and table["test_accuracy"].notna().all()
 
 
 def test_std_transformer_layer_is_torch_encoder_layer():
     h, heads, ff, T = 8, 2, 16, 5
-    layer = torch.nn.TransformerEncoderLayer(h, heads, ff, dropout=0.0, activation="gelu", batch_first=True,
-                                             norm_first=True).double().eval()
+    layer = (
+        torch.nn.TransformerEncoderLayer(
+            h, heads, ff, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
+        .double()
+        .eval()
+    )
     x = torch.randn(3, T, h, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     sa = layer.self_attn
-    p = {"l.in.W": sa.in_proj_weight.T[None], "l.in.b": sa.in_proj_bias[None],
-         "l.out.W": sa.out_proj.weight.T[None], "l.out.b": sa.out_proj.bias[None],
-         "l.ff1.W": layer.linear1.weight.T[None], "l.ff1.b": layer.linear1.bias[None],
-         "l.ff2.W": layer.linear2.weight.T[None], "l.ff2.b": layer.linear2.bias[None],
-         "l.ln1.w": layer.norm1.weight[None], "l.ln1.b": layer.norm1.bias[None],
-         "l.ln2.w": layer.norm2.weight[None], "l.ln2.b": layer.norm2.bias[None]}
+    p = {
+        "l.in.W": sa.in_proj_weight.T[None],
+        "l.in.b": sa.in_proj_bias[None],
+        "l.out.W": sa.out_proj.weight.T[None],
+        "l.out.b": sa.out_proj.bias[None],
+        "l.ff1.W": layer.linear1.weight.T[None],
+        "l.ff1.b": layer.linear1.bias[None],
+        "l.ff2.W": layer.linear2.weight.T[None],
+        "l.ff2.b": layer.linear2.bias[None],
+        "l.ln1.w": layer.norm1.weight[None],
+        "l.ln1.b": layer.norm1.bias[None],
+        "l.ln2.w": layer.norm2.weight[None],
+        "l.ln2.b": layer.norm2.bias[None],
+    }
     with torch.no_grad():
         for t in p.values():
             t.add_(0.1 * torch.randn(t.shape, generator=torch.Generator().manual_seed(2), dtype=t.dtype))
@@ -241,16 +288,20 @@ def test_registry_matches_the_torch_free_method_list():
 
 # -- refusals ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw, key", [
-    ({"max_n": 1}, "transfer.max_n"),
-    ({"foo": 1}, "transfer.foo"),
-    ({"downstream": ["other"]}, "transfer.downstream"),
-    ({"selection": "grid"}, "transfer.selection"),
-    ({"hyperparameters": {"mlp": {"lr": 0}}}, "transfer.hyperparameters.mlp.lr"),
-    ({"hyperparameters": {"logreg": {"alpha": 1.0}}}, "transfer.hyperparameters.logreg.alpha"),
-    ({"grids": {"nope": {"lr": [1.0]}}}, "transfer.grids.nope"),
-    ({"angle_deg": 270}, "transfer.angle_deg"),
-])
+
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"max_n": 1}, "transfer.max_n"),
+        ({"foo": 1}, "transfer.foo"),
+        ({"downstream": ["other"]}, "transfer.downstream"),
+        ({"selection": "grid"}, "transfer.selection"),
+        ({"hyperparameters": {"mlp": {"lr": 0}}}, "transfer.hyperparameters.mlp.lr"),
+        ({"hyperparameters": {"logreg": {"alpha": 1.0}}}, "transfer.hyperparameters.logreg.alpha"),
+        ({"grids": {"nope": {"lr": [1.0]}}}, "transfer.grids.nope"),
+        ({"angle_deg": 270}, "transfer.angle_deg"),
+    ],
+)
 def test_bad_settings_name_their_key(raw, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         TransferSpec.from_dict(raw)
@@ -258,26 +309,49 @@ def test_bad_settings_name_their_key(raw, key):
 
 def _cli(checkpoint, out, run=RUN, methods="logreg", sizes="8,16", transfer=SMALL):
     spec = json.dumps({"run": run, "transfer": transfer})
-    return main(["transfer", "--spec", spec, "--checkpoint", str(checkpoint), "--methods", methods,
-                 "--sizes", sizes, "--out", str(out), "--threads", "1"])
+    return main(
+        [
+            "transfer",
+            "--spec",
+            spec,
+            "--checkpoint",
+            str(checkpoint),
+            "--methods",
+            methods,
+            "--sizes",
+            sizes,
+            "--out",
+            str(out),
+            "--threads",
+            "1",
+        ]
+    )
 
 
 def test_cli_writes_the_table_with_provenance(checkpoint, tmp_path):
     out = tmp_path / "t.parquet"
     assert _cli(checkpoint, out, transfer=SMALL | {"downstream": ["transfer"]}) == 0
     table = io.read_parquet(out)
-    assert len(table) == 2 * len(SEEDS) and list(table.columns) == COLUMNS
+    assert len(table) == 2 * len(SEEDS) and list(table.columns) == [
+        COLUMNS[0],
+        "role",
+        "variant",
+        *COLUMNS[1:],
+    ]  # the command adds the run's role
     prov = io.read_provenance(out)
     assert prov["run_science_hash"] == RunSpec.from_dict(RUN).science_hash() and prov["sizes"] == [8, 16]
 
 
-@pytest.mark.parametrize("change, code, message", [
-    ({"methods": "logreg,ridge"}, EXIT_CONFIG, "unknown method 'ridge'"),
-    ({"sizes": "8,128", "transfer": SMALL | {"max_n": 64}}, EXIT_CONFIG, "n = 128 exceeds transfer.max_n = 64"),
-    ({"run": RUN | {"task": {"d": 5, "D": 4}}}, EXIT_INPUT, "task.d = 4, but the run spec has task.d = 5"),
-    ({"run": RUN | {"study_seed": 4}}, EXIT_INPUT, "j\\* = |science_hash"),
-    ({"run": RUN | {"pretrain": {"steps": 301, "batch": 256}}}, EXIT_INPUT, "science_hash"),
-])
+@pytest.mark.parametrize(
+    "change, code, message",
+    [
+        ({"methods": "logreg,ridge"}, EXIT_CONFIG, "unknown method 'ridge'"),
+        ({"sizes": "8,128", "transfer": SMALL | {"max_n": 64}}, EXIT_CONFIG, "n = 128 exceeds transfer.max_n = 64"),
+        ({"run": RUN | {"task": {"d": 5, "D": 4}}}, EXIT_INPUT, "task.d = 4, but the run spec has task.d = 5"),
+        ({"run": RUN | {"study_seed": 4}}, EXIT_INPUT, "j\\* = |science_hash"),
+        ({"run": RUN | {"pretrain": {"steps": 301, "batch": 256}}}, EXIT_INPUT, "science_hash"),
+    ],
+)
 def test_cli_refuses_and_writes_nothing(checkpoint, tmp_path, capsys, change, code, message):
     out = tmp_path / "t.parquet"
     assert _cli(checkpoint, out, **change) == code

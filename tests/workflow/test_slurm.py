@@ -26,27 +26,38 @@ import pytest
 
 from groupsparse.io import TIMING_COLUMNS, read_parquet
 
+from conftest import REPO
 from slurm_cluster import (  # noqa: F401  (slurm_cluster is the fixture)
-    SLURM_CONF, SlurmCluster, SlurmUnavailable, make_scratch, pid_alive, slurm_cluster,
+    SLURM_CONF,
+    SlurmCluster,
+    SlurmUnavailable,
+    make_scratch,
+    pid_alive,
+    slurm_cluster,
 )
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = Path("configs") / "tiny.yaml"
 SLURM_PROFILE = Path("workflow") / "profiles" / "slurm"
 # On top of the shipped profile, for the test's one-node cluster (the command line beats profiles).
 TEST_OVERRIDES = (
-    "--slurm-status-command", "squeue",  # no slurmdbd, so no sacct; squeue sees jobs for MinJobAge=300 s
-    "--slurm-init-seconds-before-status-checks", "3",  # jobs last seconds: poll soon
-    "--max-status-checks-per-second", "10",
+    "--slurm-status-command",
+    "squeue",  # no slurmdbd, so no sacct; squeue sees jobs for MinJobAge=300 s
+    "--slurm-init-seconds-before-status-checks",
+    "3",  # jobs last seconds: poll soon
+    "--max-status-checks-per-second",
+    "10",
     "--slurm-keep-successful-logs",  # the test reads every job's Slurm log
-    "--latency-wait", "5",  # one node, no shared file system lag
-    "--retries", "0",  # a failure must fail the test, not be retried
+    "--latency-wait",
+    "5",  # one node, no shared file system lag
+    "--retries",
+    "0",  # a failure must fail the test, not be retried
 )
 # Not copied into the snapshot both runs use: outputs, caches, version control.
-SNAPSHOT_IGNORE = shutil.ignore_patterns(".git", "results", ".snakemake", "__pycache__", "*.egg-info",
-                                         ".pytest_cache", "build", "dist", ".venv")
+SNAPSHOT_IGNORE = shutil.ignore_patterns(
+    ".git", "results", ".snakemake", "__pycache__", "*.egg-info", ".pytest_cache", "build", "dist", ".venv"
+)
 # A lost job or a status loop that never ends must not hang CI: SIGINT (snakemake cancels its
 # Slurm jobs and exits), then SIGKILL 15 s later.
 RUN_LIMIT_S = 300
@@ -78,12 +89,26 @@ def snapshot(dest: Path) -> Path:
 
 def start_snakemake(repo: Path, workdir: Path, *args: str, limit_s: int = RUN_LIMIT_S) -> Started:
     """Start the workflow of ``repo`` on its tiny config in ``workdir`` under a hard time limit."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "SBATCH_", "SNAKEMAKE_PROFILE"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SNAKEMAKE_PROFILE"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "src"), env.get("PYTHONPATH")]))
-    cmd = ["timeout", "-s", "INT", "-k", "15", str(limit_s),
-           sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"),
-           "--directory", str(workdir), "--configfile", str(repo / TINY), *args]
+    cmd = [
+        "timeout",
+        "-s",
+        "INT",
+        "-k",
+        "15",
+        str(limit_s),
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(repo / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(repo / TINY),
+        *args,
+    ]
     log = open(workdir.with_name(workdir.name + ".log"), "w+")
     # Its own session, so the outer guard below can kill the whole run and nothing else.
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -92,6 +117,7 @@ def start_snakemake(repo: Path, workdir: Path, *args: str, limit_s: int = RUN_LI
     def note_end():
         started.proc.wait()
         started.end = time.monotonic()
+
     threading.Thread(target=note_end, daemon=True).start()
     return started
 
@@ -134,21 +160,26 @@ class SlurmStudy:
 
 
 @pytest.fixture(scope="module")
-def runs(slurm_cluster, tmp_path_factory) -> tuple[SlurmStudy, Run]:
+def runs(slurm_cluster, tmp_path_factory) -> tuple[SlurmStudy, Run]:  # noqa: F811 (the fixture)
     """The tiny study through Slurm and, at the same time (Slurm's side mostly waits), locally."""
     repo = snapshot(tmp_path_factory.mktemp("snapshot") / "repo")
     local_dir = tmp_path_factory.mktemp("local_run")
     slurm_dir = tmp_path_factory.mktemp("slurm_run")
     local = start_snakemake(repo, local_dir, "--cores", "2")
     try:
-        slurm = finish(start_snakemake(repo, slurm_dir, "--executor", "slurm",
-                                       "--workflow-profile", str(repo / SLURM_PROFILE), *TEST_OVERRIDES))
+        slurm = finish(
+            start_snakemake(
+                repo, slurm_dir, "--executor", "slurm", "--workflow-profile", str(repo / SLURM_PROFILE), *TEST_OVERRIDES
+            )
+        )
     finally:
         local_run = finish(local)
     unfinished = slurm_cluster.run(["squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING"], check=False)
     study = SlurmStudy(slurm, slurm_cluster.job_table(), unfinished.stdout.strip())
-    print(f"\nslurm run: {len(study.jobs)} Slurm jobs, {slurm.seconds:.1f} s, exit {slurm.returncode}; "
-          f"local run: {local_run.seconds:.1f} s, exit {local_run.returncode}")
+    print(
+        f"\nslurm run: {len(study.jobs)} Slurm jobs, {slurm.seconds:.1f} s, exit {slurm.returncode}; "
+        f"local run: {local_run.seconds:.1f} s, exit {local_run.returncode}"
+    )
     return study, local_run
 
 

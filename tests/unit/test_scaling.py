@@ -9,16 +9,30 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from groupsparse import scaling
-from groupsparse.scaling import Prediction, Settings, first_crossing, verdict
+from groupsparse.analysis import inputs, scaling_laws
+from groupsparse.analysis.claims import CLAIM_COLUMNS, analyse
+from groupsparse.analysis.scaling_laws import Settings
+from groupsparse.analysis.stats import Prediction, first_crossing, verdict
+from groupsparse.io import InputError
 
 FAST = Settings(n_boot=400, loss_target=None)
 
 
 # -- synthetic tables ----------------------------------------------------------------------
 
-def synthetic_trajectories(exponent: float, D_grid=(4, 8, 16, 32), seeds=4, d=10, c=0.5, noise=0.05,
-                           budget=None, seed=0, prefix="scale_") -> pd.DataFrame:
+
+def synthetic_trajectories(
+    exponent: float,
+    D_grid=(4, 8, 16, 32),
+    seeds=4,
+    d=10,
+    c=0.5,
+    noise=0.05,
+    budget=None,
+    seed=0,
+    prefix="scale_",
+    role="scaling",
+) -> pd.DataFrame:
     """Attention mass = sigmoid(4 (log t - log T)), T = c D^exponent times log-normal seed noise.
 
     Every threshold q is then reached at T * (q / (1 - q))^(1/4): all scale as D^exponent.
@@ -33,10 +47,26 @@ def synthetic_trajectories(exponent: float, D_grid=(4, 8, 16, 32), seeds=4, d=10
             mass = 1 / (1 + np.exp(-4 * (np.log(np.maximum(steps, 1e-9)) - math.log(T))))
             mass[steps == 0] = 1 / D
             for st, m in zip(steps, mass):
-                rows.append({"run": f"{prefix}d{d}_D{D}", "task_name": f"{prefix}d{d}_D{D}", "d": d, "D": D,
-                             "seed": s, "j_star": 0, "step": int(st), "train_loss": 1 - m, "eval_loss": 1 - m,
-                             "eval_accuracy": m, "attention_on_relevant": m, "cos_v1_vstar": 0.99, "status": "ok",
-                             "diverged_step": -1})
+                rows.append(
+                    {
+                        "run": f"{prefix}d{d}_D{D}",
+                        "role": role,
+                        "variant": "",
+                        "task_name": f"{prefix}d{d}_D{D}",
+                        "d": d,
+                        "D": D,
+                        "seed": s,
+                        "j_star": 0,
+                        "step": int(st),
+                        "train_loss": 1 - m,
+                        "eval_loss": 1 - m,
+                        "eval_accuracy": m,
+                        "attention_on_relevant": m,
+                        "cos_v1_vstar": 0.99,
+                        "status": "ok",
+                        "diverged_step": -1,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -44,8 +74,9 @@ def accuracy_curve(n, scale):
     return 1 - 0.5 * np.exp(-n / scale)
 
 
-def synthetic_transfer(configs=((5, 4), (10, 8), (20, 16), (40, 8)), seeds=4, noise=0.01, c=1.0, grid=None,
-                       seed=0, logreg_cap=None) -> pd.DataFrame:
+def synthetic_transfer(
+    configs=((5, 4), (10, 8), (20, 16), (40, 8)), seeds=4, noise=0.01, c=1.0, grid=None, seed=0, logreg_cap=None
+) -> pd.DataFrame:
     """Pretrained accuracy saturates at n ~ c (d + D), logistic regression at n ~ c d D."""
     rng = np.random.default_rng(seed)
     grid = np.unique(np.round(np.geomspace(4, 8192, 27))).astype(int) if grid is None else grid
@@ -57,10 +88,29 @@ def synthetic_transfer(configs=((5, 4), (10, 8), (20, 16), (40, 8)), seeds=4, no
             for s in range(seeds):
                 acc = np.clip(accuracy_curve(grid, scale) + noise * rng.standard_normal(grid.size), 0, 1)
                 for n, a in zip(grid, acc):
-                    rows.append({"run": f"scale_d{d}_D{D}", "task_name": f"scale_d{d}_D{D}", "d": d, "D": D,
-                                 "downstream": "transfer", "seed": s, "j_star": 0, "method": method, "n": int(n),
-                                 "test_accuracy": float(a), "status": "ok"})
+                    rows.append(
+                        {
+                            "run": f"scale_d{d}_D{D}",
+                            "role": "scaling",
+                            "variant": "",
+                            "task_name": f"scale_d{d}_D{D}",
+                            "d": d,
+                            "D": D,
+                            "downstream": "transfer",
+                            "seed": s,
+                            "j_star": 0,
+                            "method": method,
+                            "n": int(n),
+                            "test_accuracy": float(a),
+                            "status": "ok",
+                        }
+                    )
     return pd.DataFrame(rows)
+
+
+def as_run(df: pd.DataFrame, run: str, role: str, variant: str = "") -> pd.DataFrame:
+    """The same rows as another run (its role and variant are columns, as the jobs write them)."""
+    return df.assign(run=run, role=role, variant=variant)
 
 
 def claim(analysis, text: str) -> pd.Series:
@@ -71,13 +121,18 @@ def claim(analysis, text: str) -> pd.Series:
 
 # -- crossings -----------------------------------------------------------------------------
 
+
 def test_first_crossing_interpolates_on_log_steps_and_linearly_from_zero():
     x = np.array([0, 10, 100, 1000])
-    Y = np.array([[0.0, 0.4, 0.8, 0.9],      # 0.6 is halfway from 10 to 100 in value: sqrt(10*100)
-                  [0.0, 0.4, 0.8, 0.9]])
+    Y = np.array(
+        [
+            [0.0, 0.4, 0.8, 0.9],  # 0.6 is halfway from 10 to 100 in value: sqrt(10*100)
+            [0.0, 0.4, 0.8, 0.9],
+        ]
+    )
     t, reached = first_crossing(x, Y, 0.6)
     assert reached.all() and t[0] == pytest.approx(math.sqrt(1000))
-    t, _ = first_crossing(x, Y[:1], 0.2)   # between step 0 and 10: linear
+    t, _ = first_crossing(x, Y[:1], 0.2)  # between step 0 and 10: linear
     assert t[0] == pytest.approx(5.0)
     t, reached = first_crossing(x, Y[:1], 0.95)
     assert not reached[0] and t[0] == 1000  # censored: the last step, a lower bound
@@ -100,7 +155,7 @@ def test_crossing_times_keep_censored_and_diverged_seeds():
     traj = traj[~(div & (traj["step"] > 50))].copy()
     traj.loc[div, "status"] = "diverged"
     traj.loc[div, "diverged_step"] = 51
-    cr = scaling.crossing_times(traj, thresholds=(0.5, 0.99))
+    cr = scaling_laws.crossing_times(traj, thresholds=(0.5, 0.99))
     assert len(cr) == 2 * 2 * 2  # nothing dropped
     d8 = cr[(cr["D"] == 8) & (cr["threshold"] == 0.99)].set_index("seed")
     assert d8["censored"].all()  # T(0.99) = 0.5 * 512 * 99^(1/4) > 200
@@ -113,12 +168,13 @@ def test_crossing_times_keep_censored_and_diverged_seeds():
 
 # -- convergence-time fits -----------------------------------------------------------------
 
+
 def test_cubic_growth_is_recovered_and_judged_to_hold():
     """Over 10 synthetic studies the 95% interval should contain 3 about 9.5 times; demand 8."""
     settings = Settings(n_boot=300, loss_target=None, thresholds=(0.5, 0.99))
     holds = 0
     for data_seed in range(10):
-        a = scaling.analyse(synthetic_trajectories(3.0, seed=data_seed), None, settings)
+        a = analyse(synthetic_trajectories(3.0, seed=data_seed), None, settings)
         fits = a.fits_table().set_index(["analysis", "label"])
         for thr in (0.5, 0.99):
             row = fits.loc[("convergence_time", f"attention on j* >= {thr:g}")]
@@ -129,7 +185,7 @@ def test_cubic_growth_is_recovered_and_judged_to_hold():
 
 
 def test_another_exponent_is_judged_not_to_hold():
-    a = scaling.analyse(synthetic_trajectories(1.5), None, FAST)
+    a = analyse(synthetic_trajectories(1.5), None, FAST)
     row = claim(a, "attention on j* >= 0.9 grow like D^3")
     assert row["verdict"] == "does not hold"
     assert row["measured"] == pytest.approx(1.5, abs=0.1)
@@ -137,7 +193,7 @@ def test_another_exponent_is_judged_not_to_hold():
 
 def test_censored_level_makes_the_fit_inconclusive_not_silently_shorter():
     traj = synthetic_trajectories(3.0, budget=int(0.5 * 16**3 * 3))  # D = 32 cannot reach 0.5
-    a = scaling.analyse(traj, None, FAST)
+    a = analyse(traj, None, FAST)
     cr = a.crossings
     assert cr[(cr["D"] == 32) & (cr["threshold"] == 0.5)]["censored"].all()
     row = claim(a, "attention on j* >= 0.5 grow like D^3")
@@ -149,17 +205,17 @@ def test_censored_level_makes_the_fit_inconclusive_not_silently_shorter():
 
 def test_bootstrap_is_seeded_by_the_analysis_identity():
     traj = synthetic_trajectories(3.0, noise=0.3)
-    one = scaling.analyse(traj, None, FAST).fits_table()
-    two = scaling.analyse(traj.sample(frac=1.0, random_state=3), None, FAST).fits_table()  # row order irrelevant
+    one = analyse(traj, None, FAST).fits_table()
+    two = analyse(traj.sample(frac=1.0, random_state=3), None, FAST).fits_table()  # row order irrelevant
     pd.testing.assert_frame_equal(one, two)
-    other = scaling.analyse(traj, None, Settings(n_boot=400, loss_target=None, study_seed=7)).fits_table()
+    other = analyse(traj, None, Settings(n_boot=400, loss_target=None, study_seed=7)).fits_table()
     assert not np.allclose(one["low"], other["low"])
 
 
 def test_too_few_levels_or_seeds_is_inconclusive():
-    a = scaling.analyse(synthetic_trajectories(3.0, D_grid=(4, 8)), None, FAST)
+    a = analyse(synthetic_trajectories(3.0, D_grid=(4, 8)), None, FAST)
     assert claim(a, "attention on j* >= 0.5 grow like D^3")["verdict"] == "inconclusive"
-    a = scaling.analyse(synthetic_trajectories(3.0, seeds=1), None, FAST)
+    a = analyse(synthetic_trajectories(3.0, seeds=1), None, FAST)
     row = claim(a, "attention on j* >= 0.5 grow like D^3")
     assert row["verdict"] == "inconclusive" and "seed" in row["why"]
 
@@ -171,19 +227,34 @@ def test_exponential_concentration_is_detected():
         for s in range(3):
             for step in (0, 10, 100, 1000, 4096):
                 rest = math.exp(-0.3 * D + 0.01 * s) if step > 0 else 1 - 1 / D
-                rows.append({"run": f"scale_d5_D{D}", "d": 5, "D": D, "seed": s, "step": step,
-                             "eval_loss": 0.1, "attention_on_relevant": 1 - rest, "cos_v1_vstar": 1.0,
-                             "status": "ok"})
-    a = scaling.analyse(pd.DataFrame(rows), None, Settings(n_boot=300, loss_target=None, thresholds=(0.5,)))
+                rows.append(
+                    {
+                        "run": f"scale_d5_D{D}",
+                        "role": "scaling",
+                        "d": 5,
+                        "D": D,
+                        "seed": s,
+                        "step": step,
+                        "eval_loss": 0.1,
+                        "attention_on_relevant": 1 - rest,
+                        "cos_v1_vstar": 1.0,
+                        "status": "ok",
+                    }
+                )
+    a = analyse(pd.DataFrame(rows), None, Settings(n_boot=300, loss_target=None, thresholds=(0.5,)))
     row = claim(a, "falls exponentially in D")
     assert row["verdict"] == "holds" and row["measured"] == pytest.approx(-0.3, abs=0.01)
 
 
 # -- sample complexity ---------------------------------------------------------------------
 
+
 def test_sample_complexity_exponents_are_recovered():
-    a = scaling.analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), synthetic_transfer(),
-                        Settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,)))
+    a = analyse(
+        synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
+        synthetic_transfer(),
+        Settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,)),
+    )
     fits = a.fits_table()
     pre = fits[(fits["method"] == "pretrained_finetune") & (fits["x"] == "log(d+D)")].iloc[0]
     lr = fits[(fits["method"] == "logreg") & (fits["x"] == "log(d*D)")].iloc[0]
@@ -200,8 +271,11 @@ def test_sample_complexity_exponents_are_recovered():
 
 def test_method_that_never_reaches_the_target_is_censored():
     tr = synthetic_transfer(logreg_cap=100)  # logreg hopeless at d*D = 160 and 320
-    a = scaling.analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), tr,
-                        Settings(n_boot=300, loss_target=None, accuracy_targets=(0.8,)))
+    a = analyse(
+        synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
+        tr,
+        Settings(n_boot=300, loss_target=None, accuracy_targets=(0.8,)),
+    )
     row = claim(a, "logreg: samples for accuracy 0.8 grow like d*D")
     assert row["verdict"] == "inconclusive" and "censored" in row["why"]
     gap = claim(a, "fewer samples than logreg for accuracy 0.8 (scale_d40_D8, transfer)")
@@ -211,33 +285,39 @@ def test_method_that_never_reaches_the_target_is_censored():
 
 def test_duplicate_transfer_rows_are_refused():
     tr = synthetic_transfer(configs=((5, 4),), seeds=2)
-    with pytest.raises(scaling.InputError, match="several rows"):
+    with pytest.raises(InputError, match="several rows"):
         doubled = pd.concat([tr, tr[tr["method"] == "logreg"].iloc[:1]])
-        scaling.transfer_curves(doubled, "scale_d5_D4", "transfer", "logreg")
+        inputs.transfer_curves(doubled, "scale_d5_D4", "transfer", "logreg")
 
 
 # -- verdict rule --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("pred, low, high, expected", [
-    (Prediction("equal", 3.0, 1.0), 2.6, 3.2, "holds"),
-    (Prediction("equal", 3.0, 1.0), 1.4, 1.7, "does not hold"),
-    (Prediction("equal", 3.0, 1.0), 3.1, 3.5, "does not hold"),
-    (Prediction("equal", 3.0, 1.0), 0.5, 5.0, "inconclusive"),   # contains 3 but too wide to confirm
-    (Prediction("greater", 0.0), 0.2, math.inf, "holds"),
-    (Prediction("greater", 0.0), -0.5, -0.1, "does not hold"),
-    (Prediction("greater", 0.0), -0.1, 0.3, "inconclusive"),
-    (Prediction("less", 0.0), -0.4, -0.2, "holds"),
-    (Prediction("less", 0.0), 0.1, 0.2, "does not hold"),
-    (Prediction("less", 0.0), -math.inf, 0.2, "inconclusive"),
-    (Prediction("equal", 3.0, 1.0), math.nan, math.nan, "inconclusive"),
-])
+
+@pytest.mark.parametrize(
+    "pred, low, high, expected",
+    [
+        (Prediction("equal", 3.0, 1.0), 2.6, 3.2, "holds"),
+        (Prediction("equal", 3.0, 1.0), 1.4, 1.7, "does not hold"),
+        (Prediction("equal", 3.0, 1.0), 3.1, 3.5, "does not hold"),
+        (Prediction("equal", 3.0, 1.0), 0.5, 5.0, "inconclusive"),  # contains 3 but too wide to confirm
+        (Prediction("greater", 0.0), 0.2, math.inf, "holds"),
+        (Prediction("greater", 0.0), -0.5, -0.1, "does not hold"),
+        (Prediction("greater", 0.0), -0.1, 0.3, "inconclusive"),
+        (Prediction("less", 0.0), -0.4, -0.2, "holds"),
+        (Prediction("less", 0.0), 0.1, 0.2, "does not hold"),
+        (Prediction("less", 0.0), -math.inf, 0.2, "inconclusive"),
+        (Prediction("equal", 3.0, 1.0), math.nan, math.nan, "inconclusive"),
+    ],
+)
 def test_verdict_rule(pred, low, high, expected):
     assert verdict(pred, low, high)[0] == expected
 
 
 def test_a_blocker_overrides_the_interval():
-    assert verdict(Prediction("equal", 3.0, 1.0), 2.9, 3.1, blocker="1 level(s) censored") == \
-        ("inconclusive", "1 level(s) censored")
+    assert verdict(Prediction("equal", 3.0, 1.0), 2.9, 3.1, blocker="1 level(s) censored") == (
+        "inconclusive",
+        "1 level(s) censored",
+    )
 
 
 def test_bad_prediction_kind_is_refused():
@@ -247,15 +327,13 @@ def test_bad_prediction_kind_is_refused():
 
 # -- qualitative claims, ablations ---------------------------------------------------------
 
+
 def test_final_attention_claim_and_ablation_table():
-    base = synthetic_trajectories(1.0, D_grid=(10,), seeds=3, prefix="ablation_none_", c=2.0)
-    base["run"] = "ablation_none"
-    weak = base.copy()
-    weak["run"] = "ablation_weak"
+    base = as_run(synthetic_trajectories(1.0, D_grid=(10,), seeds=3, c=2.0), "ablation_none", "ablation", "none")
+    weak = as_run(base, "ablation_weak", "ablation", "weak")
     weak["attention_on_relevant"] = weak["attention_on_relevant"] * 0.5
-    task = base.copy()
-    task["run"] = "base"
-    a = scaling.analyse(pd.concat([base, weak, task]), None, FAST)
+    task = as_run(base, "base", "task")
+    a = analyse(pd.concat([base, weak, task]), None, FAST)
     assert claim(a, "mean attention mass on j* near 1 after pretraining (base)")["verdict"] == "holds"
     assert not a.claims["claim"].str.contains("ablation_").any()  # ablations are tabulated, not claimed
     t = a.ablations.set_index(["ablation", "metric"])
@@ -268,23 +346,24 @@ def test_final_attention_claim_and_ablation_table():
 def test_ablation_table_reports_transfer_at_a_few_sizes():
     traj = synthetic_trajectories(1.0, D_grid=(10,), seeds=2)
     tr = synthetic_transfer(configs=((10, 10),), seeds=2)
-    for frame in (traj, tr):
-        frame["run"] = "ablation_none"
-    traj2, tr2 = traj.assign(run="ablation_iid"), tr.assign(run="ablation_iid")
-    a = scaling.analyse(pd.concat([traj, traj2]), pd.concat([tr, tr2]),
-                        Settings(n_boot=200, loss_target=None, ablation_sizes=(8, 64)))
+    traj, tr = (as_run(frame, "ablation_none", "ablation", "none") for frame in (traj, tr))
+    traj2, tr2 = (as_run(frame, "ablation_iid", "ablation", "iid") for frame in (traj, tr))
+    a = analyse(
+        pd.concat([traj, traj2]), pd.concat([tr, tr2]), Settings(n_boot=200, loss_target=None, ablation_sizes=(8, 64))
+    )
     acc = a.ablations[a.ablations["metric"] == "test_accuracy"]
     assert sorted(acc["n"].unique()) == [8, 64] and set(acc["ablation"]) == {"none", "iid"}
     assert (acc["method"] == "pretrained_finetune").all()
 
 
 def test_missing_baseline_is_a_clear_error():
-    traj = synthetic_trajectories(1.0, D_grid=(10,), seeds=2).assign(run="ablation_x")
-    with pytest.raises(scaling.InputError, match="baseline run 'ablation_none'"):
-        scaling.analyse(traj, None, FAST)
+    traj = as_run(synthetic_trajectories(1.0, D_grid=(10,), seeds=2), "ablation_x", "ablation", "x")
+    with pytest.raises(InputError, match="baseline run 'ablation_none'"):
+        analyse(traj, None, FAST)
 
 
 # -- the command ---------------------------------------------------------------------------
+
 
 def test_cli_writes_tables_and_figures(tmp_path, capsys):
     from groupsparse import cli, io
@@ -295,18 +374,36 @@ def test_cli_writes_tables_and_figures(tmp_path, capsys):
         path = tmp_path / f"traj_{D}.parquet"
         io.write_parquet(g, path, io.provenance("abc"))
         paths.append(str(path))
-    base = traj[traj["D"] == 4]
+    base = traj[traj["D"] == 4].assign(role="ablation", variant="none")
     io.write_parquet(base, tmp_path / "base.parquet", io.provenance("abc"))
     tr = tmp_path / "transfer.parquet"
     io.write_parquet(synthetic_transfer(seeds=2), tr, io.provenance("abc"))
     out = tmp_path / "out"
-    argv = ["scaling", "--trajectories", *paths, f"ablation_none={tmp_path / 'base.parquet'}",
-            "--transfer", str(tr), "--out-claims", str(out / "claims.parquet"), "--out-fits", str(out / "fits.parquet"),
-            "--out-ablations", str(out / "abl.parquet"), "--out-points", str(out / "points.parquet"),
-            "--figures", str(out / "fig"), "--n-boot", "200", "--accuracy-targets", "0.8"]
+    argv = [
+        "scaling",
+        "--trajectories",
+        *paths,
+        f"ablation_none={tmp_path / 'base.parquet'}",
+        "--transfer",
+        str(tr),
+        "--out-claims",
+        str(out / "claims.parquet"),
+        "--out-fits",
+        str(out / "fits.parquet"),
+        "--out-ablations",
+        str(out / "abl.parquet"),
+        "--out-points",
+        str(out / "points.parquet"),
+        "--figures",
+        str(out / "fig"),
+        "--n-boot",
+        "200",
+        "--accuracy-targets",
+        "0.8",
+    ]
     assert cli.main(argv) == 0
     claims = io.read_parquet(out / "claims.parquet")
-    assert list(claims.columns) == scaling.CLAIM_COLUMNS
+    assert list(claims.columns) == CLAIM_COLUMNS
     assert set(claims["verdict"]) <= {"holds", "does not hold", "inconclusive"}
     assert "verdict_rule" in io.read_provenance(out / "claims.parquet")
     assert set(io.read_parquet(out / "abl.parquet")["ablation"]) == {"none"}
@@ -316,33 +413,39 @@ def test_cli_writes_tables_and_figures(tmp_path, capsys):
 
     bad = tmp_path / "bad.parquet"
     io.write_parquet(traj.drop(columns="attention_on_relevant"), bad, io.provenance("abc"))
-    argv[2:2 + len(paths) + 1] = [str(bad)]
+    argv[2 : 2 + len(paths) + 1] = [str(bad)]
     assert cli.main(argv) == cli.EXIT_INPUT
     assert "attention_on_relevant" in capsys.readouterr().err
 
 
 def test_unknown_downstream_is_a_clear_error():
     tr = synthetic_transfer(configs=((5, 4),), seeds=2)
-    with pytest.raises(scaling.InputError, match="no downstream 'negative_control'; it has transfer"):
-        scaling.analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), tr,
-                        Settings(n_boot=200, downstream=("negative_control",)))
+    with pytest.raises(InputError, match="no downstream 'negative_control'; it has transfer"):
+        analyse(
+            synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
+            tr,
+            Settings(n_boot=200, downstream=("negative_control",)),
+        )
 
 
 def test_a_threshold_met_before_the_first_measurement_is_censored():
     """D = 2 starts with mass 1/2 on j*: 'steps to 0.5' is only known to be <= 0, not a measurement."""
     traj = synthetic_trajectories(3.0, D_grid=(2, 4, 8, 16), seeds=2)
-    cr = scaling.crossing_times(traj, thresholds=(0.5,))
+    cr = scaling_laws.crossing_times(traj, thresholds=(0.5,))
     d2 = cr[cr["D"] == 2]
     assert d2["censored"].all() and d2["reason"].str.startswith("already reached at the first recorded step").all()
-    a = scaling.analyse(traj, None, Settings(n_boot=200, loss_target=None, thresholds=(0.5,)))
+    a = analyse(traj, None, Settings(n_boot=200, loss_target=None, thresholds=(0.5,)))
     assert claim(a, "attention on j* >= 0.5 grow like D^3")["verdict"] == "inconclusive"
 
 
 def test_transfer_target_met_at_the_smallest_n_is_censored():
     grid = np.array([64, 128, 256, 512])  # every method already at 0.8 for the small configs at n = 64
     tr = synthetic_transfer(grid=grid, seeds=3)
-    a = scaling.analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), tr,
-                        Settings(n_boot=200, loss_target=None, accuracy_targets=(0.8,)))
+    a = analyse(
+        synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
+        tr,
+        Settings(n_boot=200, loss_target=None, accuracy_targets=(0.8,)),
+    )
     row = claim(a, "pretrained_finetune: samples for accuracy 0.8 grow like d+D")
     assert row["verdict"] == "inconclusive" and "censored" in row["why"]
     gap = claim(a, "fewer samples than logreg for accuracy 0.8 (scale_d10_D8, transfer)")

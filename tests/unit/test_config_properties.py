@@ -19,7 +19,7 @@ from hypothesis_jsonschema import from_schema
 
 from groupsparse import preflight
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 TINY = yaml.safe_load((REPO / "configs/tiny.yaml").read_text())
 PROFILE = settings(max_examples=60, deadline=None, database=None, derandomize=True,

@@ -23,21 +23,28 @@ TRAJECTORY_ATOL = 1e-9
 DTYPE_ATOL = 1e-4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def spec(dtype="float64", sampling="antithetic", score_scale="none", steps=20, d=3, D=4, batch=32, eta=0.5,
-         **pretrain):
-    return RunSpec.from_dict({
-        "study_seed": 7, "task_name": "fast", "dtype": dtype, "task": {"d": d, "D": D},
-        "model": {"score_scale": score_scale},
-        "pretrain": {"steps": steps, "batch": batch, "eta": eta, "sampling": sampling, "eval_size": 64,
-                     "record_every": 5, **pretrain}})
+def spec(dtype="float64", sampling="antithetic", score_scale="none", steps=20, d=3, D=4, batch=32, eta=0.5, **pretrain):
+    return RunSpec.from_dict(
+        {
+            "study_seed": 7,
+            "task_name": "fast",
+            "dtype": dtype,
+            "task": {"d": d, "D": D},
+            "model": {"score_scale": score_scale},
+            "pretrain": {
+                "steps": steps,
+                "batch": batch,
+                "eta": eta,
+                "sampling": sampling,
+                "eval_size": 64,
+                "record_every": 5,
+                **pretrain,
+            },
+        }
+    )
 
 
 class PaperTransformer(torch.nn.Module):
@@ -50,7 +57,7 @@ class PaperTransformer(torch.nn.Module):
         self.register_buffer("P", sine_positions(D, dtype))
         self.scale = scale
 
-    def forward(self, X):                                             # X (B, D, d)
+    def forward(self, X):  # X (B, D, d)
         B, D, _ = X.shape
         Z = torch.cat([X, self.P.expand(B, D, D)], dim=2).transpose(1, 2)  # (B, m, D): columns z_j
         S = torch.softmax(self.scale * (Z.transpose(1, 2) @ self.W @ Z), dim=1)
@@ -94,11 +101,13 @@ def test_kernel_matches_dense_closed_form(antithetic, scale):
         X, y = torch.cat([X, -X]), torch.cat([y, -y])
     W = 0.5 * torch.randn(d + D, d + D, generator=gen, dtype=torch.float64)
     v = torch.randn(d + D, generator=gen, dtype=torch.float64)
-    want_loss, want_gW, want_gv, _, _ = loss_and_grads_closed_form(W[None], v[None], embed(X[None], ModelSpec()),
-                                                                    y[None], scale)
+    want_loss, want_gW, want_gv, _, _ = loss_and_grads_closed_form(
+        W[None], v[None], embed(X[None], ModelSpec()), y[None], scale
+    )
     n = B // 2 if antithetic else B
-    loss, gW, gv = fastpath.seed_loss_and_grads(W, v, fastpath.batch_inner(X[:n]), y[:n],
-                                                sine_positions(D, torch.float64), scale, antithetic)
+    loss, gW, gv = fastpath.seed_loss_and_grads(
+        W, v, fastpath.batch_inner(X[:n]), y[:n], sine_positions(D, torch.float64), scale, antithetic
+    )
     assert torch.allclose(loss, want_loss[0], rtol=1e-12, atol=0)
     assert torch.allclose(gW, want_gW[0], rtol=0, atol=1e-12 * float(want_gW.abs().max()))
     assert torch.allclose(gv, want_gv[0], rtol=0, atol=1e-12 * float(want_gv.abs().max()))
@@ -115,11 +124,11 @@ def test_float32_agrees_with_float64():
 
 def test_seeds_batched_equal_single_seed_runs_at_any_thread_count():
     s = spec(dtype="float32", steps=15, d=4, D=5, batch=48)
-    reference = Trainer(s, [0, 1, 2]).run()           # one thread (fixture)
+    reference = Trainer(s, [0, 1, 2]).run()  # one thread (fixture)
     again = Trainer(s, [0, 1, 2]).run()
     assert all(torch.equal(again.params[k], reference.params[k]) for k in reference.params)
     assert again.trajectory.drop(columns=["wall_seconds"], errors="ignore").equals(reference.trajectory)
-    torch.set_num_threads(2)                            # seeds then run on two worker threads
+    torch.set_num_threads(2)  # seeds then run on two worker threads
     together = Trainer(s, [0, 1, 2]).run()
     assert torch.get_num_threads() == 2
     for k in reference.params:

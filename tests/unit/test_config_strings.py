@@ -18,7 +18,7 @@ import yaml
 
 from groupsparse import preflight
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 MARKER = "INJECTED_MARKER"
 PAYLOADS = {

@@ -16,11 +16,14 @@ from groupsparse.io import InputError
 from groupsparse.seeding import torch_generator
 from groupsparse.specs import CIFAR10_CLASSES, ConfigError, ImageTaskSpec, RunSpec
 
+from conftest import REPO
+
 PER_CLASS_PER_BATCH = 3  # the fake CIFAR folder: 3 images of every class in each of the 6 batches
 IDENTITY = (7, "images-test", 0)
 
 
 # -- a fake cifar-10-batches-py folder, written the way Python 2 wrote the real one ----------
+
 
 class _Py2Pickler(pickle._Pickler):
     """Protocol 2 with every str/bytes stored as a Python 2 ``str`` (BINSTRING), like the real batches."""
@@ -41,6 +44,7 @@ class _Py2Pickler(pickle._Pickler):
 
 def py2_pickle(obj) -> bytes:
     import io
+
     buf = io.BytesIO()
     _Py2Pickler(buf, protocol=2).dump(obj)
     # files written by numpy 1.x under Python 2 name numpy.core, not numpy._core
@@ -50,29 +54,49 @@ def py2_pickle(obj) -> bytes:
 def write_fake_cifar(root, per_class=PER_CLASS_PER_BATCH) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     folder = root / images.CIFAR_FOLDER
     folder.mkdir(parents=True)
-    (folder / "batches.meta").write_bytes(py2_pickle(
-        {"num_cases_per_batch": 10 * per_class, "label_names": list(CIFAR10_CLASSES), "num_vis": 3072}))
+    (folder / "batches.meta").write_bytes(
+        py2_pickle({"num_cases_per_batch": 10 * per_class, "label_names": list(CIFAR10_CLASSES), "num_vis": 3072})
+    )
     rng = np.random.default_rng(0)
     written = {}
     for name in images.CIFAR_BATCHES:
         labels = [c for c in range(10) for _ in range(per_class)]
         data = rng.integers(0, 256, size=(len(labels), 3072), dtype=np.uint8)
-        (folder / name).write_bytes(py2_pickle({"batch_label": f"fake {name}", "labels": labels, "data": data,
-                                                "filenames": [f"img{i}.png" for i in range(len(labels))]}))
+        (folder / name).write_bytes(
+            py2_pickle(
+                {
+                    "batch_label": f"fake {name}",
+                    "labels": labels,
+                    "data": data,
+                    "filenames": [f"img{i}.png" for i in range(len(labels))],
+                }
+            )
+        )
         written[name] = (data, np.array(labels))
     return written
 
 
 def cifar_spec(root, **kw) -> ImageTaskSpec:
-    raw = {"kind": "images", "dataset": "cifar10", "path": str(root), "classes": ["frog", "airplane"],
-           "transfer_classes": ["cat", "ship"], "D": 4, "d": 12, "reduce": "pool", "test_fraction": 0.25} | kw
+    raw = {
+        "kind": "images",
+        "dataset": "cifar10",
+        "path": str(root),
+        "classes": ["frog", "airplane"],
+        "transfer_classes": ["cat", "ship"],
+        "D": 4,
+        "d": 12,
+        "reduce": "pool",
+        "test_fraction": 0.25,
+    } | kw
     return RunSpec.from_dict({"study_seed": 1, "task_name": "c", "task": raw, "pretrain": {"sampling": "iid"}}).task
 
 
 def digits_run(**kw) -> RunSpec:
     task = {"kind": "images", "classes": [0, 1], "transfer_classes": [1, 7], "D": 4, "d": 16} | kw.pop("task", {})
-    return RunSpec.from_dict({"study_seed": 3, "task_name": "digits", "task": task,
-                              "pretrain": {"sampling": "iid"} | kw.pop("pretrain", {})} | kw)
+    return RunSpec.from_dict(
+        {"study_seed": 3, "task_name": "digits", "task": task, "pretrain": {"sampling": "iid"} | kw.pop("pretrain", {})}
+        | kw
+    )
 
 
 class Evil:
@@ -84,6 +108,7 @@ class Evil:
 
 
 # -- reading CIFAR-10 ------------------------------------------------------------------------
+
 
 def test_fake_cifar_batches_load_with_their_pixel_layout(tmp_path):
     written = write_fake_cifar(tmp_path)
@@ -141,11 +166,23 @@ def test_fewer_images_than_asked_names_the_class_and_count(tmp_path):
 
 def test_bad_settings_name_their_key():
     with pytest.raises(ConfigError, match=r"task.classes: 'plane' is not a cifar10 class"):
-        RunSpec.from_dict({"study_seed": 1, "task_name": "c", "pretrain": {"sampling": "iid"},
-                           "task": {"kind": "images", "dataset": "cifar10", "path": "x", "classes": ["plane", "frog"]}})
+        RunSpec.from_dict(
+            {
+                "study_seed": 1,
+                "task_name": "c",
+                "pretrain": {"sampling": "iid"},
+                "task": {"kind": "images", "dataset": "cifar10", "path": "x", "classes": ["plane", "frog"]},
+            }
+        )
     with pytest.raises(ConfigError, match="task.path: cifar10 needs the folder"):
-        RunSpec.from_dict({"study_seed": 1, "task_name": "c", "pretrain": {"sampling": "iid"},
-                           "task": {"kind": "images", "dataset": "cifar10", "classes": ["cat", "frog"]}})
+        RunSpec.from_dict(
+            {
+                "study_seed": 1,
+                "task_name": "c",
+                "pretrain": {"sampling": "iid"},
+                "task": {"kind": "images", "dataset": "cifar10", "classes": ["cat", "frog"]},
+            }
+        )
     with pytest.raises(ConfigError, match=r"task.d: with reduce: pool on digits .* got 10"):
         digits_run(task={"d": 10})
     with pytest.raises(ConfigError, match="pretrain.sampling: must be iid for image tasks"):
@@ -158,14 +195,16 @@ def test_bad_settings_name_their_key():
 
 # -- the task ------------------------------------------------------------------------------
 
+
 def test_digits_slot_j_star_carries_the_label_and_the_other_slots_do_not():
     from sklearn.datasets import load_digits
+
     target = load_digits().target
     spec = digits_run().task
     task = images.make_image_task(spec, *IDENTITY)
     rows, y = task.draw(4000, torch_generator("draw"), split="train")
     classes = target[task.image_ids[rows.numpy()]]  # (n, D) digit of every slot
-    label = np.where(y.numpy() > 0, 1, 0)           # classes[0] = "0" -> -1, classes[1] = "1" -> +1
+    label = np.where(y.numpy() > 0, 1, 0)  # classes[0] = "0" -> -1, classes[1] = "1" -> +1
     np.testing.assert_array_equal(classes[:, task.j_star], label)
     assert set(np.unique(classes)) == {0, 1}
     for j in range(spec.D):
@@ -197,15 +236,17 @@ def test_features_are_fitted_on_the_train_split_only():
     x = task.pixels[train_rows].reshape(len(train_rows), -1)
     mean, std = x.mean(0), x.std(0)
     std[std == 0] = 1.0
+
     def by_hand(p):
         z = (p.reshape(len(p), -1) - mean) / std
         return z.reshape(len(p), 1, 4, 2, 4, 2).mean(axis=(3, 5)).reshape(len(p), -1)
+
     r = by_hand(task.pixels[train_rows])
     scale = np.sqrt(spec.d / ((r - r.mean(0)) ** 2).sum(1).mean())
     np.testing.assert_allclose(task.features.numpy(), (by_hand(task.pixels) - r.mean(0)) * scale, atol=1e-10)
     train_features = task.features[train_rows].numpy()
     np.testing.assert_allclose(train_features.mean(0), 0, atol=1e-10)
-    np.testing.assert_allclose((train_features ** 2).sum(1).mean(), spec.d, rtol=1e-10)
+    np.testing.assert_allclose((train_features**2).sum(1).mean(), spec.d, rtol=1e-10)
 
 
 def test_pca_features_are_decorrelated_on_the_train_split():
@@ -227,8 +268,9 @@ def test_same_identity_same_task_and_other_seed_other_split():
     Xb, yb = b.sample(128, torch_generator("g"), dtype=torch.float64)
     assert torch.equal(Xa, Xb) and torch.equal(ya, yb)
     other = images.make_image_task(spec, 7, "images-test", 1)
-    assert not np.array_equal(np.sort(other.image_ids[other.pools["test"][0].numpy()]),
-                              np.sort(a.image_ids[a.pools["test"][0].numpy()]))
+    assert not np.array_equal(
+        np.sort(other.image_ids[other.pools["test"][0].numpy()]), np.sort(a.image_ids[a.pools["test"][0].numpy()])
+    )
 
 
 def test_images_per_class_subsamples_and_splits_by_test_fraction():
@@ -256,8 +298,10 @@ def test_downstream_task_keeps_j_star_and_the_pretraining_feature_map():
 
 # -- pretraining and figures ---------------------------------------------------------------
 
+
 def test_pretraining_on_digits_learns_from_held_out_images():
     from groupsparse.pretrain import Trainer
+
     run = digits_run(pretrain={"steps": 120, "batch": 256, "eval_size": 512, "record_every": 40})
     res = Trainer(run, [0, 1]).run()
     final = res.trajectory[res.trajectory["step"] == 120]  # evaluated on held-out test images
@@ -270,24 +314,49 @@ def test_pretraining_on_digits_learns_from_held_out_images():
 def test_image_figures_cli_writes_png_and_pdf(tmp_path, dataset):
     from groupsparse import cli, io
     from groupsparse.pretrain import Trainer, checkpoint_payload
+
     if dataset == "cifar10":
         write_fake_cifar(tmp_path)
         images._load_cifar10.cache_clear()
-        task = {"kind": "images", "dataset": "cifar10", "path": str(tmp_path), "classes": ["frog", "airplane"],
-                "transfer_classes": ["cat", "ship"], "D": 3, "d": 3}
+        task = {
+            "kind": "images",
+            "dataset": "cifar10",
+            "path": str(tmp_path),
+            "classes": ["frog", "airplane"],
+            "transfer_classes": ["cat", "ship"],
+            "D": 3,
+            "d": 3,
+        }
     else:
         task = {"kind": "images", "classes": [0, 1], "D": 3, "d": 4}
-    raw = {"study_seed": 1, "task_name": "fig", "task": task,
-           "pretrain": {"sampling": "iid", "steps": 5, "batch": 32, "eval_size": 64, "attention_checkpoints": 3}}
+    raw = {
+        "study_seed": 1,
+        "task_name": "fig",
+        "task": task,
+        "pretrain": {"sampling": "iid", "steps": 5, "batch": 32, "eval_size": 64, "attention_checkpoints": 3},
+    }
     spec = RunSpec.from_dict(raw)
     res = Trainer(spec, [0, 1]).run()
     tensors, meta = checkpoint_payload(spec, res, [0, 1])
     io.save_checkpoint(tmp_path / "ck.safetensors", tensors, meta)
     io.write_parquet(res.attention, tmp_path / "att.parquet", {})
     import json
-    rc = cli.main(["image-figures", "--spec", json.dumps(raw), "--checkpoint", str(tmp_path / "ck.safetensors"),
-                   "--attention", str(tmp_path / "att.parquet"), "--outdir", str(tmp_path / "fig"),
-                   "--examples", "2"])
+
+    rc = cli.main(
+        [
+            "image-figures",
+            "--spec",
+            json.dumps(raw),
+            "--checkpoint",
+            str(tmp_path / "ck.safetensors"),
+            "--attention",
+            str(tmp_path / "att.parquet"),
+            "--outdir",
+            str(tmp_path / "fig"),
+            "--examples",
+            "2",
+        ]
+    )
     assert rc == 0
     for name in ("image_attention", "image_examples"):
         assert (tmp_path / "fig" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
@@ -295,12 +364,12 @@ def test_image_figures_cli_writes_png_and_pdf(tmp_path, dataset):
 
 
 def test_cifar10_study_config_is_the_papers_setting():
-    from pathlib import Path
 
     import yaml
 
     from groupsparse.study import expand
-    config = yaml.safe_load((Path(__file__).parents[1] / "configs" / "cifar10.yaml").read_text())
+
+    config = yaml.safe_load((REPO / "configs" / "cifar10.yaml").read_text())
     runs = expand(config)
     spec = RunSpec.from_dict(runs["cifar10"].spec)
     assert (spec.task.dataset, spec.task.classes, spec.task.images_per_class) == ("cifar10", ("frog", "airplane"), 500)

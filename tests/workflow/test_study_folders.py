@@ -13,7 +13,7 @@ import yaml
 
 from groupsparse import io, preflight
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def planned_outputs(workdir: Path, *configfiles: str) -> set[str]:

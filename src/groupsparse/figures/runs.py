@@ -5,16 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+from . import pyplot, save
 
-from .io import atomic_path  # noqa: E402
-
-RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters")
-TRANSFER_FIGURES = ("transfer_accuracy",)
+plt = pyplot()
 METHOD_LABELS = {
     "pretrained_finetune": "pretrained, fine-tuned (SGD)",
     "pretrained_frozen_W": "pretrained, W frozen",
@@ -26,24 +21,15 @@ METHOD_LABELS = {
 }
 
 
-def save(fig, outdir: Path, name: str) -> list[Path]:
-    paths = []
-    for ext in ("png", "pdf"):
-        path = Path(outdir) / f"{name}.{ext}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight")
-        paths.append(path)
-    plt.close(fig)
-    return paths
-
-
 def describe(spec: dict | None, run: str) -> str:
     if not spec:
         return run
     t, p = spec["task"], spec["pretrain"]
     kind = t.get("kind", "synthetic")
-    return (f"{run} ({kind}): d={t.get('d')}, D={t.get('D')}, eta={p['eta']}, batch={p['batch']}, "
-            f"{p['sampling']}, {spec['dtype']}")
+    return (
+        f"{run} ({kind}): d={t.get('d')}, D={t.get('D')}, eta={p['eta']}, batch={p['batch']}, "
+        f"{p['sampling']}, {spec['dtype']}"
+    )
 
 
 LOG_FLOOR = 1e-12  # exact zeros (the theory's invariant subspace) are drawn here on log axes
@@ -52,10 +38,9 @@ LOG_FLOOR = 1e-12  # exact zeros (the theory's invariant subspace) are drawn her
 def _per_seed(ax, traj, column, label=None, logy=False):
     if logy:
         traj = traj.assign(**{column: traj[column].clip(lower=LOG_FLOOR)})
-    for seed, g in traj.groupby("seed"):
+    for _seed, g in traj.groupby("seed"):
         bad = g["status"].iloc[0] != "ok"
-        ax.plot(g["step"], g[column], color="tab:red" if bad else "tab:blue", alpha=0.35, lw=1,
-                ls="--" if bad else "-")
+        ax.plot(g["step"], g[column], color="tab:red" if bad else "tab:blue", alpha=0.35, lw=1, ls="--" if bad else "-")
         if bad:
             ax.plot(g["step"].iloc[-1], g[column].iloc[-1], "x", color="tab:red", ms=8)
     ok = traj[traj["status"] == "ok"]
@@ -114,9 +99,15 @@ def parameters(traj: pd.DataFrame, title: str, outdir: Path):
     _per_seed(axes[2], traj, "v2_norm", logy=True)
     axes[2].set_ylabel(f"|v2| (theory: 0; exact 0 drawn at {LOG_FLOOR:g})")
     ok = traj[traj["status"] == "ok"]
-    for (col, label), ls in zip((("W_ff_norm", "features/features"), ("W_fp_norm", "features/positions"),
-                                 ("W_pf_norm", "positions/features"), ("W_pp_norm", "positions/positions")),
-                                ("-", "--", ":", "-.")):  # styles differ so equal curves stay visible
+    for (col, label), ls in zip(
+        (
+            ("W_ff_norm", "features/features"),
+            ("W_fp_norm", "features/positions"),
+            ("W_pf_norm", "positions/features"),
+            ("W_pp_norm", "positions/positions"),
+        ),
+        ("-", "--", ":", "-."),
+    ):  # styles differ so equal curves stay visible
         mean = ok.groupby("step")[col].mean()
         if mean.notna().any():
             axes[3].plot(mean.index, mean.values.clip(LOG_FLOOR), ls=ls, lw=2, label=label)
@@ -136,14 +127,16 @@ def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
         s = summary[summary["downstream"] == down]
         for method, g in s.groupby("method", sort=False):
             g = g.sort_values("n")
-            line, = ax.plot(g["n"], g["mean_test_accuracy"], marker="o", ms=3, label=METHOD_LABELS.get(method, method))
+            (line,) = ax.plot(
+                g["n"], g["mean_test_accuracy"], marker="o", ms=3, label=METHOD_LABELS.get(method, method)
+            )
             ax.fill_between(g["n"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15)
             bad = g[g["n_seeds_not_ok"] > 0]
             if len(bad):  # where no seed is ok the mean is NaN: mark the n on the chance line
                 ax.plot(bad["n"], bad["mean_test_accuracy"].fillna(0.5), "x", color="tab:red", ms=7)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training samples n (log scale)")
-        ax.set_ylabel("test accuracy (mean, 95% bootstrap band over seeds)")
+        ax.set_ylabel("test accuracy (mean, 95% t interval over seeds)")
         ax.axhline(0.5, color="gray", ls=":", lw=1)
         ax.set_title("downstream: " + down.replace("_", " "))
         ax.grid(alpha=0.3)
@@ -154,5 +147,6 @@ def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
 
 def pretrain_figures(traj: pd.DataFrame, att: pd.DataFrame, title: str, outdir: Path) -> list[Path]:
     outdir = Path(outdir)
-    return pretrain_curves(traj, title, outdir) + attention_heatmaps(att, title, outdir) + \
-        parameters(traj, title, outdir)
+    return (
+        pretrain_curves(traj, title, outdir) + attention_heatmaps(att, title, outdir) + parameters(traj, title, outdir)
+    )

@@ -32,8 +32,17 @@ BACKUP_SUFFIX = ".groupsparse-test-backup"
 MARKER = "# Written by groupsparse tests/slurm_cluster.py for a test run; restored afterwards."
 PARTITION = "test"
 REQUIRED_PROGRAMS = (
-    "munged", "munge", "unmunge", "slurmctld", "slurmd",
-    "sinfo", "squeue", "sbatch", "srun", "scancel", "scontrol",
+    "munged",
+    "munge",
+    "unmunge",
+    "slurmctld",
+    "slurmd",
+    "sinfo",
+    "squeue",
+    "sbatch",
+    "srun",
+    "scancel",
+    "scontrol",
 )
 
 
@@ -47,10 +56,13 @@ def unavailable_reason() -> str | None:
         return "needs root (slurmd runs jobs as their submitter and the config lives in /etc/slurm)"
     missing = [p for p in REQUIRED_PROGRAMS if shutil.which(p, path=_sbin_path()) is None]
     if missing:
-        return (f"Slurm/munge programs not installed: {', '.join(missing)} "
-                "(run .ci/slurm-setup.sh: apt-get install slurmctld slurmd slurm-client munge)")
+        return (
+            f"Slurm/munge programs not installed: {', '.join(missing)} "
+            "(run .ci/slurm-setup.sh: apt-get install slurmctld slurmd slurm-client munge)"
+        )
     try:
         import pwd
+
         pwd.getpwnam("munge")
     except KeyError:
         return "no 'munge' user (the munge package creates it)"
@@ -97,8 +109,7 @@ def _free_ports(n: int) -> list[int]:
 
 def node_line() -> str:
     """This machine's NodeName line as slurmd detects it, bound to loopback."""
-    detected = subprocess.run([_program("slurmd"), "-C"], capture_output=True, text=True,
-                              check=True, timeout=30).stdout
+    detected = subprocess.run([_program("slurmd"), "-C"], capture_output=True, text=True, check=True, timeout=30).stdout
     line = next((l for l in detected.splitlines() if l.startswith("NodeName=")), None)
     if line is None:
         raise SlurmUnavailable(f"`slurmd -C` printed no NodeName line: {detected!r}")
@@ -128,7 +139,7 @@ class SlurmCluster:
 
     # -- start -------------------------------------------------------------------------------
 
-    def start(self) -> "SlurmCluster":
+    def start(self) -> SlurmCluster:
         reason = unavailable_reason()
         if reason:
             raise SlurmUnavailable(reason)
@@ -148,8 +159,8 @@ class SlurmCluster:
         out = open(self.log(f"{name}.stdout"), "wb")
         try:
             self.processes[name] = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, **popen)
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **popen
+            )
         finally:
             out.close()
 
@@ -163,22 +174,33 @@ class SlurmCluster:
             out.write(os.urandom(1024))
         for path in (munge_dir, key):
             shutil.chown(path, "munge", "munge")
-        self._spawn("munged", [
-            _program("munged"), "--foreground", f"--socket={self.munge_socket}",
-            f"--key-file={key}", f"--pid-file={munge_dir / 'munged.pid'}",
-            f"--seed-file={munge_dir / 'munged.seed'}", f"--log-file={munge_dir / 'munged.log'}",
-        ], user="munge", group="munge")
+        self._spawn(
+            "munged",
+            [
+                _program("munged"),
+                "--foreground",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={munge_dir / 'munged.pid'}",
+                f"--seed-file={munge_dir / 'munged.seed'}",
+                f"--log-file={munge_dir / 'munged.log'}",
+            ],
+            user="munge",
+            group="munge",
+        )
         self._wait(lambda: self._munge_roundtrip(), "munged to answer on its socket")
 
     def _munge_roundtrip(self) -> bool:
         if not self.munge_socket.exists():
             return False
-        cred = subprocess.run([_program("munge"), "-n", f"--socket={self.munge_socket}"],
-                              capture_output=True, timeout=10)
+        cred = subprocess.run(
+            [_program("munge"), "-n", f"--socket={self.munge_socket}"], capture_output=True, timeout=10
+        )
         if cred.returncode != 0:
             return False
-        back = subprocess.run([_program("unmunge"), f"--socket={self.munge_socket}"],
-                              input=cred.stdout, capture_output=True, timeout=10)
+        back = subprocess.run(
+            [_program("unmunge"), f"--socket={self.munge_socket}"], input=cred.stdout, capture_output=True, timeout=10
+        )
         return back.returncode == 0
 
     def slurm_conf_text(self) -> str:
@@ -187,42 +209,44 @@ class SlurmCluster:
             (s / sub).mkdir(exist_ok=True)
         host = socket.gethostname().split(".")[0]
         ctld_port, slurmd_port = _free_ports(2)
-        return "\n".join([
-            MARKER,
-            "ClusterName=groupsparse-test",
-            f"SlurmctldHost={host}(127.0.0.1)",  # loopback everywhere: no DNS lookup
-            f"SlurmctldPort={ctld_port}",  # free ports: no clash with anything else listening
-            f"SlurmdPort={slurmd_port}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
-            "ProctrackType=proctrack/linuxproc",  # no cgroups needed in a container
-            "TaskPlugin=task/none",
-            "MpiDefault=none",
-            "SwitchType=switch/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",  # no slurmdbd: sacct is off, use squeue
-            "JobCompType=jobcomp/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory",
-            "DefMemPerCPU=1000",  # a job that names no memory must not take the whole node
-            "ReturnToService=2",
-            "MinJobAge=300",  # finished jobs stay visible to squeue long after the first status poll
-            "KillWait=5",
-            "InactiveLimit=0",
-            "MailProg=/bin/true",
-            f"StateSaveLocation={s / 'state'}",
-            f"SlurmdSpoolDir={s / 'spool'}",
-            f"SlurmctldPidFile={s / 'slurmctld.pid'}",
-            f"SlurmdPidFile={s / 'slurmd.pid'}",
-            f"SlurmctldLogFile={self.log('slurmctld')}",
-            f"SlurmdLogFile={self.log('slurmd')}",
-            node_line(),
-            f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-            "",
-        ])
+        return "\n".join(
+            [
+                MARKER,
+                "ClusterName=groupsparse-test",
+                f"SlurmctldHost={host}(127.0.0.1)",  # loopback everywhere: no DNS lookup
+                f"SlurmctldPort={ctld_port}",  # free ports: no clash with anything else listening
+                f"SlurmdPort={slurmd_port}",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                "AuthType=auth/munge",
+                "CredType=cred/munge",
+                f"AuthInfo=socket={self.munge_socket}",
+                "ProctrackType=proctrack/linuxproc",  # no cgroups needed in a container
+                "TaskPlugin=task/none",
+                "MpiDefault=none",
+                "SwitchType=switch/none",
+                "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none",  # no slurmdbd: sacct is off, use squeue
+                "JobCompType=jobcomp/none",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core_Memory",
+                "DefMemPerCPU=1000",  # a job that names no memory must not take the whole node
+                "ReturnToService=2",
+                "MinJobAge=300",  # finished jobs stay visible to squeue long after the first status poll
+                "KillWait=5",
+                "InactiveLimit=0",
+                "MailProg=/bin/true",
+                f"StateSaveLocation={s / 'state'}",
+                f"SlurmdSpoolDir={s / 'spool'}",
+                f"SlurmctldPidFile={s / 'slurmctld.pid'}",
+                f"SlurmdPidFile={s / 'slurmd.pid'}",
+                f"SlurmctldLogFile={self.log('slurmctld')}",
+                f"SlurmdLogFile={self.log('slurmd')}",
+                node_line(),
+                f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+                "",
+            ]
+        )
 
     def _write_conf(self) -> None:
         text = self.slurm_conf_text()
@@ -251,12 +275,15 @@ class SlurmCluster:
                 if proc.poll() is not None:
                     raise SlurmUnavailable(
                         f"{name} exited with {proc.returncode} while waiting for {what}; "
-                        f"log tail:\n{self.log_tail(name)}")
+                        f"log tail:\n{self.log_tail(name)}"
+                    )
             if ready():
                 return
             time.sleep(0.3)
-        raise SlurmUnavailable(f"timed out after {self.start_timeout_s:.0f} s waiting for {what}; "
-                               f"logs in {self.scratch / 'log'}:\n{self.log_tail()}")
+        raise SlurmUnavailable(
+            f"timed out after {self.start_timeout_s:.0f} s waiting for {what}; "
+            f"logs in {self.scratch / 'log'}:\n{self.log_tail()}"
+        )
 
     def node_state(self) -> str:
         out = self.run(["sinfo", "-h", "-N", "-o", "%T"], check=False)
@@ -269,8 +296,9 @@ class SlurmCluster:
 
     def run(self, argv: list[str], check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
         """Run a Slurm client command against this cluster."""
-        return subprocess.run([_program(argv[0]), *argv[1:]], capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return subprocess.run(
+            [_program(argv[0]), *argv[1:]], capture_output=True, text=True, check=check, timeout=timeout
+        )
 
     def job_ids(self) -> set[str]:
         """Ids of all jobs slurmctld still remembers (finished ones for MinJobAge seconds)."""
@@ -328,7 +356,7 @@ class SlurmCluster:
             proc.kill()
             proc.wait(timeout=grace_s)
 
-    def __enter__(self) -> "SlurmCluster":
+    def __enter__(self) -> SlurmCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -32,18 +32,21 @@ SEEDS = [0, 1]
 
 
 def tiny_spec(variant: dict, steps: int = 30, **pretrain) -> RunSpec:
-    return RunSpec.from_dict({
-        "study_seed": 3, "task_name": "ablation_test", "dtype": "float64",
-        "task": {"d": 4, "D": D} | variant.get("task", {}),
-        "model": variant.get("model", {}),
-        "pretrain": {"steps": steps, "batch": 128, "eval_size": 256, "record_every": 10,
-                     "attention_checkpoints": 2} | variant.get("pretrain", {}) | pretrain,
-    })
+    return RunSpec.from_dict(
+        {
+            "study_seed": 3,
+            "task_name": "ablation_test",
+            "dtype": "float64",
+            "task": {"d": 4, "D": D} | variant.get("task", {}),
+            "model": variant.get("model", {}),
+            "pretrain": {"steps": steps, "batch": 128, "eval_size": 256, "record_every": 10, "attention_checkpoints": 2}
+            | variant.get("pretrain", {})
+            | pretrain,
+        }
+    )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -53,8 +56,15 @@ def test_variant_pretrains_with_finite_metrics(name):
     assert res.status == ["ok", "ok"]
     tr = res.trajectory
     assert sorted(tr["seed"].unique()) == SEEDS and tr["step"].max() == spec.pretrain.steps
-    for col in ("train_loss", "eval_loss", "eval_accuracy", "attention_on_relevant", "cos_v1_vstar", "v1_norm",
-                "W_ff_norm"):
+    for col in (
+        "train_loss",
+        "eval_loss",
+        "eval_accuracy",
+        "attention_on_relevant",
+        "cos_v1_vstar",
+        "v1_norm",
+        "W_ff_norm",
+    ):
         assert np.isfinite(tr[col]).all(), col
     assert tr["attention_on_relevant"].between(0, 1).all()
     K = spec.task.relevant_groups

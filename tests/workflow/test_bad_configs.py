@@ -10,7 +10,6 @@ exit status and output are then checked on their own.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import re
@@ -22,20 +21,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-TINY = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
+from conftest import snakemake_cmd, snapshot, tiny_config
+
+TINY = tiny_config()
 # a traceback or a job start would show one of these; a parse-time refusal shows none
 JOB_MARKERS = ("Select jobs to execute", "rule pretrain", "localrule", "Traceback")
 
 
 def snakemake_args(workdir: Path, *configfiles: Path, extra=()) -> list[str]:
-    return ["-s", str(REPO / "Snakefile"), "--cores", "1", "-d", str(workdir), *extra,
-            "--configfile", *map(str, configfiles)]  # last: --configfile takes every argument after it
+    return snakemake_cmd(workdir, *configfiles, extra=extra, cores=1)[1:]  # without the program name
 
 
 def snakemake(workdir: Path, *configfiles: Path, extra=(), timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run(["snakemake", *snakemake_args(workdir, *configfiles, extra=extra)],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["snakemake", *snakemake_args(workdir, *configfiles, extra=extra)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # Runs snakemake.cli.main (what the `snakemake` command runs) in forked children, 4 at a time;
@@ -67,12 +70,6 @@ print(json.dumps(status))
 """
 
 
-def snapshot(folder: Path) -> dict[str, tuple[str, int]]:
-    """Every file under ``folder``: sha256 and mtime (ns)."""
-    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def cifar_folder(root: Path, missing: tuple[str, ...] = ()) -> Path:
     """A cifar-10-batches-py folder whose files exist (contents never read at parse time)."""
     folder = root / "cifar-10-batches-py"
@@ -84,8 +81,15 @@ def cifar_folder(root: Path, missing: tuple[str, ...] = ()) -> Path:
 
 
 def images_task(c, **task):
-    c["tasks"]["base"]["task"] = {"kind": "images", "dataset": "cifar10", "D": 4, "d": 48, "classes": ["cat", "dog"],
-                                  "transfer_classes": ["ship", "truck"], **task}
+    c["tasks"]["base"]["task"] = {
+        "kind": "images",
+        "dataset": "cifar10",
+        "D": 4,
+        "d": 48,
+        "classes": ["cat", "dog"],
+        "transfer_classes": ["ship", "truck"],
+        **task,
+    }
     c["pretrain"]["sampling"] = "iid"
 
 
@@ -98,6 +102,7 @@ def setp(*path_and_value):
         for part in path:
             node = node[part]
         node[key] = value
+
     return mutate
 
 
@@ -121,29 +126,47 @@ BAD_CONFIGS = {
     "sampling_unknown": (setp("pretrain", "sampling", "sobol"), ["pretrain.sampling", "antithetic, iid"]),
     "on_diverge_unknown": (setp("pretrain", "on_diverge", "ignore"), ["pretrain.on_diverge", "record, fail"]),
     "device_unknown": (setp("device", "tpu"), ["device", "'tpu'", "cpu, cuda"]),
-    "label_noise_half": (setp("tasks", "base", "task", "label_noise", 0.5),
-                         ["tasks.base.task.label_noise", "number >= 0 and < 0.5"]),
+    "label_noise_half": (
+        setp("tasks", "base", "task", "label_noise", 0.5),
+        ["tasks.base.task.label_noise", "number >= 0 and < 0.5"],
+    ),
     "tasks_not_a_mapping": (setp("tasks", None), ["tasks", "None", "allowed: object"]),
-    "task_name_not_identifier": (lambda c, tmp: c["tasks"].__setitem__("1base", c["tasks"].pop("base")),
-                                 ["tasks", "'1base'", "string matching ^[A-Za-z]"]),
+    "task_name_not_identifier": (
+        lambda c, tmp: c["tasks"].__setitem__("1base", c["tasks"].pop("base")),
+        ["tasks", "'1base'", "string matching ^[A-Za-z]"],
+    ),
     "methods_empty": (setp("transfer", "methods", []), ["transfer.methods", "at least 1"]),
-    "method_unknown": (lambda c, tmp: (c["transfer"]["methods"].append("magic"),
-                                       c["transfer"]["method_groups"]["baselines"].append("magic")),
-                       ["transfer.methods", "'magic'", "allowed: pretrained_finetune, pretrained_frozen_W, "]),
-    "method_in_no_group": (lambda c, tmp: c["transfer"]["method_groups"]["baselines"].remove("logreg"),
-                           ["transfer.method_groups", "logreg", "no group"]),
+    "method_unknown": (
+        lambda c, tmp: (
+            c["transfer"]["methods"].append("magic"),
+            c["transfer"]["method_groups"]["baselines"].append("magic"),
+        ),
+        ["transfer.methods", "'magic'", "allowed: pretrained_finetune, pretrained_frozen_W, "],
+    ),
+    "method_in_no_group": (
+        lambda c, tmp: c["transfer"]["method_groups"]["baselines"].remove("logreg"),
+        ["transfer.method_groups", "logreg", "no group"],
+    ),
     "sizes_not_increasing": (setp("transfer", "sizes", [32, 8, 128]), ["transfer.sizes", "strictly increasing"]),
     "sizes_repeated": (setp("transfer", "sizes", [8, 8, 128]), ["transfer.sizes", "strictly increasing"]),
     "sizes_above_max_n": (lambda c, tmp: c["transfer"].__setitem__("max_n", 64), ["transfer.sizes", "max_n = 64"]),
-    "transfer_selection_unknown": (setp("transfer", "selection", "guess"),
-                                   ["transfer.selection", "'guess'", "fixed, cv"]),
-    "hyperparameters_unknown_method": (setp("transfer", "hyperparameters", {"magic": {"lr": 0.1}}),
-                                       ["transfer.hyperparameters.magic", "unknown method", "pretrained_finetune"]),
+    "transfer_selection_unknown": (
+        setp("transfer", "selection", "guess"),
+        ["transfer.selection", "'guess'", "fixed, cv"],
+    ),
+    "hyperparameters_unknown_method": (
+        setp("transfer", "hyperparameters", {"magic": {"lr": 0.1}}),
+        ["transfer.hyperparameters.magic", "unknown method", "pretrained_finetune"],
+    ),
     "cifar_path_empty": (lambda c, tmp: images_task(c), ["tasks.base.task.path", "cifar-10-batches-py"]),
-    "cifar_path_missing": (lambda c, tmp: images_task(c, path=str(tmp / "no_such_folder")),
-                           ["tasks.base.task.path", "no_such_folder", "is not a folder", "cifar-10-batches-py"]),
-    "cifar_path_incomplete": (lambda c, tmp: images_task(c, path=str(cifar_folder(tmp / "partial", ("data_batch_3",)))),
-                              ["tasks.base.task.path", "missing data_batch_3"]),
+    "cifar_path_missing": (
+        lambda c, tmp: images_task(c, path=str(tmp / "no_such_folder")),
+        ["tasks.base.task.path", "no_such_folder", "is not a folder", "cifar-10-batches-py"],
+    ),
+    "cifar_path_incomplete": (
+        lambda c, tmp: images_task(c, path=str(cifar_folder(tmp / "partial", ("data_batch_3",)))),
+        ["tasks.base.task.path", "missing data_batch_3"],
+    ),
 }
 
 
@@ -174,12 +197,15 @@ def bad_runs(earlier_run, tmp_path_factory):
         # snakemake merges a --configfile into the Snakefile's config.yaml (dicts key by key),
         # so each case is the tiny study with one thing wrong; a key cannot be deleted this way
         cases[name] = (snakemake_args(work, path), str(tmp / "snakemake.out"))
-    runner = subprocess.run([sys.executable, "-c", FORKING_RUNNER, json.dumps(cases)], capture_output=True,
-                            text=True, timeout=600)
+    runner = subprocess.run(
+        [sys.executable, "-c", FORKING_RUNNER, json.dumps(cases)], capture_output=True, text=True, timeout=600
+    )
     assert runner.returncode == 0, runner.stderr[-3000:]
     status = json.loads(runner.stdout.splitlines()[-1])
-    return {name: subprocess.CompletedProcess(argv, status[name], Path(out).read_text(), "")
-            for name, (argv, out) in cases.items()}
+    return {
+        name: subprocess.CompletedProcess(argv, status[name], Path(out).read_text(), "")
+        for name, (argv, out) in cases.items()
+    }
 
 
 def test_at_least_fifteen_bad_configs_are_tried():

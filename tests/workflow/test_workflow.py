@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-TINY = REPO / "configs" / "tiny.yaml"
+from conftest import REPO, TINY_PATH, run_snakemake
+
+TINY = TINY_PATH
 
 
-def snakemake(*args, cwd=REPO, timeout=900):
-    cmd = ["snakemake", "-s", str(REPO / "Snakefile"), *args]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+snakemake = run_snakemake
 
 
 def test_parsing_the_workflow_never_imports_torch():
@@ -58,13 +54,16 @@ def _bad(tmp_path, mutate) -> subprocess.CompletedProcess:
     return snakemake("-n", "--configfile", str(path), "-d", str(tmp_path / "wd"))
 
 
-@pytest.mark.parametrize("mutate, needle", [
-    (lambda c: c.__setitem__("surprise", 1), "surprise"),
-    (lambda c: c["pretrain"].__setitem__("steps", "many"), "steps"),
-    (lambda c: c["transfer"].__setitem__("sizes", [8, -4]), "sizes"),
-    (lambda c: c["tasks"]["base"]["task"].__setitem__("j_star", 9), "j_star"),
-    (lambda c: c["pretrain"].__setitem__("batch", 129), "batch"),
-])
+@pytest.mark.parametrize(
+    "mutate, needle",
+    [
+        (lambda c: c.__setitem__("surprise", 1), "surprise"),
+        (lambda c: c["pretrain"].__setitem__("steps", "many"), "steps"),
+        (lambda c: c["transfer"].__setitem__("sizes", [8, -4]), "sizes"),
+        (lambda c: c["tasks"]["base"]["task"].__setitem__("j_star", 9), "j_star"),
+        (lambda c: c["pretrain"].__setitem__("batch", 129), "batch"),
+    ],
+)
 def test_bad_config_fails_before_any_job(tmp_path, mutate, needle):
     res = _bad(tmp_path, mutate)
     assert res.returncode != 0
@@ -79,9 +78,30 @@ def test_tiny_study_end_to_end(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     tables = tmp_path / "results" / "tables"
     traj = pd.read_parquet(tables / "pretrain_trajectories.parquet")
-    expected = {"run", "task_name", "d", "D", "seed", "j_star", "step", "train_loss", "eval_loss", "eval_accuracy",
-                "attention_on_relevant", "cos_v1_vstar", "v1_norm", "v2_norm", "W_ff_norm", "W_fp_norm",
-                "W_pf_norm", "W_pp_norm", "status", "diverged_step", "last_finite_loss", "wall_seconds"}
+    expected = {
+        "run",
+        "task_name",
+        "d",
+        "D",
+        "seed",
+        "j_star",
+        "step",
+        "train_loss",
+        "eval_loss",
+        "eval_accuracy",
+        "attention_on_relevant",
+        "cos_v1_vstar",
+        "v1_norm",
+        "v2_norm",
+        "W_ff_norm",
+        "W_fp_norm",
+        "W_pf_norm",
+        "W_pp_norm",
+        "status",
+        "diverged_step",
+        "last_finite_loss",
+        "wall_seconds",
+    }
     assert expected <= set(traj.columns)
     assert traj["step"].dtype == "int64" and traj["eval_loss"].dtype == "float64"
     att = pd.read_parquet(tables / "pretrain_attention.parquet")
@@ -90,8 +110,20 @@ def test_tiny_study_end_to_end(tmp_path):
     sums = att.groupby(["run", "seed", "step", "query"])["mass"].sum()
     assert ((sums - 1).abs() < 1e-5).all()
     tr = pd.read_parquet(tables / "transfer.parquet")
-    assert {"run", "task_name", "downstream", "seed", "method", "n", "test_accuracy", "test_loss", "train_accuracy",
-            "fit_seconds", "status", "hyperparameters"} <= set(tr.columns)
+    assert {
+        "run",
+        "task_name",
+        "downstream",
+        "seed",
+        "method",
+        "n",
+        "test_accuracy",
+        "test_loss",
+        "train_accuracy",
+        "fit_seconds",
+        "status",
+        "hyperparameters",
+    } <= set(tr.columns)
     summary = pd.read_parquet(tables / "summary.parquet")
     assert {"method", "n", "mean_test_accuracy", "ci_low", "ci_high", "n_seeds_ok"} <= set(summary.columns)
     assert (summary["ci_low"] <= summary["mean_test_accuracy"] + 1e-12).all()
@@ -111,14 +143,28 @@ def test_tiny_study_end_to_end(tmp_path):
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert (tmp_path / "report.html").stat().st_size > 10000
     # the terminal summary prints an aligned table
-    out = subprocess.run(["groupsparse", "summary", str(tables / "summary.parquet"), "--where", "n=128"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        ["groupsparse", "summary", str(tables / "summary.parquet"), "--where", "n=128"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and "mean_test_accuracy" in out.stdout
     # the snapshot writes the results section between its markers, twice to the same text
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- RESULTS:BEGIN -->\nold\n<!-- RESULTS:END -->\ntail\n")
-    snap = ["groupsparse", "snapshot", "--results", str(tmp_path / "results"), "--docs", str(tmp_path / "docs"),
-            "--readme", str(readme), "--wall-seconds", "60"]
+    snap = [
+        "groupsparse",
+        "snapshot",
+        "--results",
+        str(tmp_path / "results"),
+        "--docs",
+        str(tmp_path / "docs"),
+        "--readme",
+        str(readme),
+        "--wall-seconds",
+        "60",
+    ]
     assert subprocess.run(snap, capture_output=True, text=True, timeout=120).returncode == 0
     first = readme.read_text()
     assert "old" not in first and first.endswith("tail\n") and "| pretrained_finetune |" in first

@@ -15,7 +15,7 @@ import pytest
 
 from groupsparse import cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", REPO / "benchmarks/README.md", *sorted((REPO / "docs").glob("*.md")),
         *sorted((REPO / "configs").glob("*.yaml")), REPO / "config.yaml",
         *sorted((REPO / "workflow/profiles").glob("*/config.yaml")), REPO / ".ci/run"]

@@ -1,0 +1,320 @@
+"""The claims table (STUDY.md section 6): each claim of the theory, its measurement and its verdict.
+
+Verdicts come from :func:`.stats.verdict`, never from hand; :func:`analyse` runs every analysis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .ablations import ablation_table
+from .inputs import (
+    BASELINE_METHOD,
+    PRETRAINED_METHOD,
+    PRETRAINED_METHODS,
+    TRAJECTORY_COLUMNS,
+    TRANSFER_COLUMNS,
+    check_columns,
+    downstreams,
+    final_rows,
+    transfer_curves,
+    with_role,
+    without_role,
+)
+from .scaling_laws import (
+    FitRecord,
+    Settings,
+    concentration_fits,
+    convergence_time_fits,
+    crossing_times,
+    sample_complexity_fits,
+)
+from .stats import (
+    CONFIDENCE,
+    METRIC_RANGES,
+    MIN_SEEDS,
+    Prediction,
+    bootstrap_generator,
+    fmt_values,
+    mean_curve_crossing,
+    mean_interval,
+    t_interval,
+    verdict,
+    widen,
+)
+
+
+def _claim(
+    claim: str,
+    theory: str,
+    pred: Prediction | None,
+    measured: float,
+    low: float,
+    high: float,
+    blocker: str,
+    config: str,
+    analysis: str,
+    n: int,
+    role: str = "scaling",
+    run: str = "",
+    settings: dict | None = None,
+) -> dict:
+    """One claims-table row; ``settings``: the varied settings it is about (d, D; NaN where a fit spans them)."""
+    v, why = verdict(pred, low, high, blocker=blocker) if pred else ("inconclusive", "no prediction")
+    return {
+        "claim": claim,
+        "theory": theory,
+        "prediction": _pred_text(pred),
+        "predicted_value": pred.value if pred else math.nan,
+        "measured": measured,
+        "low": low,
+        "high": high,
+        "confidence": CONFIDENCE,
+        "verdict": v,
+        "why": why,
+        "n": n,
+        "config": config,
+        "analysis": analysis,
+        "role": role,
+        "run": run,
+        "d": (settings or {}).get("d", math.nan),
+        "D": (settings or {}).get("D", math.nan),
+    }
+
+
+def _pred_text(pred: Prediction | None) -> str:
+    if pred is None:
+        return ""
+    if pred.kind == "equal":
+        width = f" (interval at most {pred.tolerance:g} wide)" if math.isfinite(pred.tolerance) else ""
+        return f"= {pred.value:g}{width}"
+    return f"{'>' if pred.kind == 'greater' else '<'} {pred.value:g}"
+
+
+def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
+    """Attention on j* and cos(v1, v*) near 1 at the end of pretraining, per non-ablation run."""
+    rows = []
+    last = final_rows(without_role(traj, "ablation"))
+    for run, g in last.groupby("run", sort=True):
+        ok = g[g["status"] == "ok"]
+        n_div = len(g) - len(ok)
+        config = (
+            f"run {run}: d = {int(g['d'].iloc[0])}, D = {int(g['D'].iloc[0])}, step {int(g['step'].max())}, "
+            f"{len(ok)} seed(s)" + (f", {n_div} diverged" if n_div else "")
+        )
+        for col, what, theory in (
+            (
+                "attention_on_relevant",
+                "mean attention mass on j*",
+                "after pretraining, S[j*, j] >= 1 - exp(-Theta(D)) for every query j",
+            ),
+            ("cos_v1_vstar", "cos(v1, v*)", "after pretraining, v1 aligns with v*"),
+        ):
+            m, lo, hi = mean_interval(ok[col].to_numpy(float), METRIC_RANGES[col])
+            blocker = (f"{n_div} seed(s) diverged" if n_div else "") or (
+                f"{len(ok)} seed(s), need {MIN_SEEDS}" if len(ok) < MIN_SEEDS else ""
+            )
+            rows.append(
+                _claim(
+                    f"{what} near 1 after pretraining ({run})",
+                    theory,
+                    Prediction("greater", s.near_one),
+                    m,
+                    lo,
+                    hi,
+                    blocker,
+                    config,
+                    "final_state",
+                    len(ok),
+                    str(g["role"].iloc[0]),
+                    run,
+                    {"d": int(g["d"].iloc[0]), "D": int(g["D"].iloc[0])},
+                )
+            )
+    return rows
+
+
+def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
+    """log(n*_logreg / n*_pretrained) > 0 per run, downstream and target (paired bootstrap over seeds).
+
+    A method that never reaches the target has n* > n_max, one that reaches it at the first n
+    has n* <= n_min: the bound is used, and the side of the interval it leaves unknown is set
+    to infinity, so censoring can only widen the interval.
+    """
+    rows = []
+    if not len(transfer):
+        return rows
+    check_columns(transfer, TRANSFER_COLUMNS, "transfer table")
+    for downstream in downstreams(transfer, s.downstream):
+        for run in sorted(without_role(transfer, "ablation")["run"].unique()):
+            base = transfer_curves(transfer, run, downstream, BASELINE_METHOD)
+            for method in PRETRAINED_METHODS:
+                pre = transfer_curves(transfer, run, downstream, method)
+                common = np.intersect1d(pre[1], base[1])
+                if not common.size:
+                    continue
+                d, D, role = (transfer.loc[transfer["run"] == run, k].iloc[0] for k in ("d", "D", "role"))
+                d, D = int(d), int(D)
+                pick = lambda c, common=common: c[2][np.searchsorted(c[1], common)]
+                for target in s.accuracy_targets:
+                    rng = bootstrap_generator(
+                        s.study_seed,
+                        "sample_gap",
+                        run,
+                        downstream,
+                        float(target),
+                        *(() if method == PRETRAINED_METHOD else (method,)),
+                    )
+                    idx = np.vstack(
+                        [np.arange(common.size)[None], rng.integers(0, common.size, size=(s.n_boot, common.size))]
+                    )
+                    lp, pre_above, pre_below = mean_curve_crossing(pre[0], pick(pre), target)(idx)
+                    lb, base_above, base_below = mean_curve_crossing(base[0], pick(base), target)(idx)
+                    gap = lb - lp
+                    lo, hi = t_interval(float(gap[0]), widen(gap[0], gap[1:], common.size), common.size - 1)
+                    # the true gap is smaller where pretrained's n* or logreg's is only bounded that way
+                    lo = -math.inf if (pre_above | base_below).any() else lo
+                    hi = math.inf if (pre_below | base_above).any() else hi
+                    blocker = ("neither method reaches the target" if pre_above[0] and base_above[0] else "") or (
+                        f"{common.size} seed(s), need {MIN_SEEDS}" if common.size < MIN_SEEDS else ""
+                    )
+                    rows.append(
+                        _claim(
+                            f"{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})",
+                            "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
+                            Prediction("greater", 0.0),
+                            float(gap[0]),
+                            lo,
+                            hi,
+                            blocker,
+                            f"run {run}: d = {d}, D = {D}, downstream {downstream}; "
+                            "measured = log(n*_logreg / n*_pretrained)"
+                            + (" (pretrained never reaches it: measured is an upper bound)" if pre_above[0] else "")
+                            + (
+                                " (pretrained reaches it at the first n: measured is a lower bound)"
+                                if pre_below[0]
+                                else ""
+                            )
+                            + (" (logreg never reaches it: measured is a lower bound)" if base_above[0] else "")
+                            + (
+                                " (logreg reaches it at the first n: measured is an upper bound)"
+                                if base_below[0]
+                                else ""
+                            ),
+                            "sample_gap",
+                            int(common.size),
+                            role,
+                            run,
+                            {"d": d, "D": D},
+                        )
+                    )
+    return rows
+
+
+def fit_claims(records: list[FitRecord]) -> list[dict]:
+    rows = []
+    for r in records:
+        if not r.claim:
+            continue
+        f = r.fit
+        config = (
+            ", ".join(f"{k} = {v}" for k, v in r.group.items()) + f"; levels {'; '.join(f.names)}; "
+            f"seeds per level {fmt_values(f.seeds)}; local slopes {fmt_values(np.round(f.local_slopes(), 3))}"
+        )
+        rows.append(
+            _claim(
+                r.claim,
+                r.theory,
+                r.prediction,
+                f.slope,
+                f.low,
+                f.high,
+                f.blocker(),
+                config,
+                r.analysis,
+                int(f.seeds.sum()),
+                settings={k: r.group[k] for k in ("d", "D") if k in r.group},
+            )
+        )
+    return rows
+
+
+@dataclass
+class Analysis:
+    fits: list[FitRecord]
+    claims: pd.DataFrame
+    ablations: pd.DataFrame
+    crossings: pd.DataFrame
+
+    def fits_table(self) -> pd.DataFrame:
+        return pd.DataFrame([r.row() for r in self.fits])
+
+    def points_table(self) -> pd.DataFrame:
+        cols = [
+            "role",
+            "analysis",
+            "label",
+            "group",
+            "level",
+            "seed",
+            "x_name",
+            "x",
+            "y_name",
+            "y",
+            "censored",
+            "reason",
+        ]
+        frames = [
+            r.points.assign(
+                level=r.points["level"].astype(str),
+                role="scaling",
+                analysis=r.analysis,
+                label=r.label,
+                x_name=r.x_name,
+                y_name=r.y_name,
+                group=", ".join(f"{k}={v}" for k, v in r.group.items()),
+            )[cols]
+            for r in self.fits
+        ]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+CLAIM_COLUMNS = [
+    "claim",
+    "theory",
+    "prediction",
+    "predicted_value",
+    "measured",
+    "low",
+    "high",
+    "confidence",
+    "verdict",
+    "why",
+    "n",
+    "config",
+    "analysis",
+    "role",
+    "run",
+    "d",
+    "D",
+]
+
+
+def analyse(traj: pd.DataFrame, transfer: pd.DataFrame | None, s: Settings | None = None) -> Analysis:
+    """Fits, claims (with verdicts by :func:`verdict`) and the ablation table from the input tables."""
+    s = s or Settings()
+    check_columns(traj, TRAJECTORY_COLUMNS, "trajectory table")
+    transfer = transfer if transfer is not None else pd.DataFrame(columns=TRANSFER_COLUMNS)
+    scaled = with_role(traj, "scaling")
+    crossings = crossing_times(scaled, s.thresholds, s.loss_target) if len(scaled) else pd.DataFrame()
+    records = (
+        (convergence_time_fits(crossings, s) if len(crossings) else [])
+        + (concentration_fits(scaled, s) if len(scaled) else [])
+        + sample_complexity_fits(transfer, s)
+    )
+    claims = fit_claims(records) + final_state_claims(traj, s) + sample_gap_claims(transfer, s)
+    return Analysis(records, pd.DataFrame(claims, columns=CLAIM_COLUMNS), ablation_table(traj, transfer, s), crossings)

@@ -1,0 +1,397 @@
+"""The study's statistics, in one place (STUDY.md section 6): the interval, n*, fits, the verdict rule.
+
+One interval method for every table and figure: **the estimate -+ Student's t quantile x its
+standard error** at :data:`CONFIDENCE`.
+
+* A mean over k seeds (every summary table, the final-state claims, the ablations) uses the
+  analytic standard error s / sqrt(k) with k - 1 degrees of freedom (Welch's for a difference of
+  two means). With 3-5 seeds a percentile bootstrap covers about 80% for a nominal 95%; the t
+  interval covers 95% for normal seed-to-seed noise and 93-94% for a moderately skewed law
+  (gamma, skewness 1) - see tests/unit/test_interval_coverage.py; for a strongly skewed law
+  (exponential, skewness 2) no method without a model of the law reaches 92% at 3-5 seeds (t: 88%).
+* A statistic with no closed-form standard error (a slope through levels, a crossing n* of a
+  seed-mean curve) takes its standard error from a bootstrap over seeds, resampled within each
+  level, the resampled statistics first widened by sqrt(k / (k - 1)) (resampling k seeds shrinks
+  the spread by that), with Welch-Satterthwaite degrees of freedom for a slope. A simulation of a
+  slope over 4 levels covered 92-96% at 3, 4 and 8 seeds (a percentile bootstrap: 80-88%).
+* Intervals of bounded metrics (attention mass and accuracy in [0, 1], a cosine in [-1, 1], a
+  loss or a norm >= 0) are clipped to the metric's range (:data:`METRIC_RANGES`).
+
+Censoring: n* (steps or samples until a target is reached) comes from :func:`first_crossing`
+alone; a curve that never reaches the target gives its last x as a lower bound and
+``reached = False``. Bootstrap generators are seeded by the analysis' identity, so reruns are
+identical.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats as sps
+
+from ..seeding import numpy_generator
+
+CONFIDENCE = 0.95  # two-sided intervals
+MIN_LEVELS = 3  # distinct x values a slope needs before it can decide a claim
+MIN_SEEDS = 2  # seeds per level an interval needs
+MIN_VALID_BOOTSTRAP = 0.95  # share of resamples that must give a finite (uncensored) slope
+EXPONENT_TOLERANCE = 1.0  # an exponent interval wider than this cannot confirm an equality
+
+# The range each bounded metric can take; an interval never leaves it.
+UNIT = (0.0, 1.0)
+NONNEGATIVE = (0.0, math.inf)
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    "attention_on_relevant": UNIT,
+    "eval_accuracy": UNIT,
+    "test_accuracy": UNIT,
+    "train_accuracy": UNIT,
+    "cos_v1_vstar": (-1.0, 1.0),
+    "eval_loss": NONNEGATIVE,
+    "test_loss": NONNEGATIVE,
+    "v1_norm": NONNEGATIVE,
+    "v2_norm": NONNEGATIVE,
+    "W_ff_norm": NONNEGATIVE,
+    "W_fp_norm": NONNEGATIVE,
+    "W_pf_norm": NONNEGATIVE,
+    "W_pp_norm": NONNEGATIVE,
+}
+UNBOUNDED = (-math.inf, math.inf)
+
+VERDICT_RULE = (
+    f"A claim is tested on a {CONFIDENCE:.0%} interval over seeds (estimate -+ Student t quantile x standard error: "
+    f"s / sqrt(k) with k - 1 degrees of freedom for means, a bootstrap standard error with Welch-Satterthwaite "
+    f"degrees of freedom for slopes and n*; clipped to the metric's range). "
+    f"'inconclusive' whenever the data cannot decide: fewer than {MIN_LEVELS} levels in a fit, "
+    f"fewer than {MIN_SEEDS} seeds at a level, a level with censored data (threshold never reached), "
+    f"or under {MIN_VALID_BOOTSTRAP:.0%} of resamples usable. Otherwise, prediction 'equal v': holds if v "
+    f"lies in the interval and the interval is at most its tolerance wide (exponents: "
+    f"{EXPONENT_TOLERANCE}), does not hold if v lies outside, inconclusive if the interval is too wide; "
+    f"'greater than v': holds if the interval lies above v, does not hold if it lies below, else "
+    f"inconclusive; 'less than v': the mirror image."
+)
+
+
+# -- the interval ----------------------------------------------------------------------------
+
+
+def t_quantile(dof: float) -> float:
+    return float(sps.t.ppf(0.5 + CONFIDENCE / 2, dof))
+
+
+def clip_interval(low: float, high: float, bounds: tuple[float, float] = UNBOUNDED) -> tuple[float, float]:
+    """[low, high] clipped to the range a metric can take (NaN stays NaN)."""
+    lo, hi = bounds
+    return (
+        min(max(low, lo), hi) if not math.isnan(low) else low,
+        max(min(high, hi), lo) if not math.isnan(high) else high,
+    )
+
+
+def difference_range(bounds: tuple[float, float]) -> tuple[float, float]:
+    """The range of a difference of two values of a metric with range ``bounds``."""
+    width = bounds[1] - bounds[0]
+    return -width, width
+
+
+def mean_interval(values, bounds: tuple[float, float] = UNBOUNDED) -> tuple[float, float, float]:
+    """(mean, low, high) of the seeds' values: the t interval s / sqrt(k) x t_{k-1}, clipped to ``bounds``.
+
+    Non-finite values are dropped; no values: all NaN; one value: its mean and a NaN interval.
+    """
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if x.size < 2:
+        return mean, math.nan, math.nan
+    half = t_quantile(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return (mean, *clip_interval(mean - half, mean + half, bounds))
+
+
+def difference_interval(a, b, bounds: tuple[float, float] = UNBOUNDED) -> tuple[float, float, float]:
+    """(mean(a) - mean(b), low, high): Welch's t interval, clipped to the range of a difference."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if not a.size or not b.size:
+        return math.nan, math.nan, math.nan
+    delta = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:
+        return delta, math.nan, math.nan
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return delta, delta, delta
+    dof = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    half = t_quantile(dof) * se
+    return (delta, *clip_interval(delta - half, delta + half, difference_range(bounds)))
+
+
+def bootstrap_generator(*identity: object) -> np.random.Generator:
+    """The bootstrap's generator, seeded by what is being resampled (numpy ints made plain)."""
+    plain = [int(p) if isinstance(p, np.integer) else float(p) if isinstance(p, np.floating) else p for p in identity]
+    return numpy_generator("scaling-bootstrap", *plain)
+
+
+def widen(point, boot: np.ndarray, k: int) -> np.ndarray:
+    """Undo the sqrt((k - 1) / k) shrinkage of spread that resampling k seeds brings."""
+    return point + math.sqrt(k / (k - 1)) * (boot - point) if k > 1 else boot
+
+
+def t_interval(point: float, boot: np.ndarray, dof: float) -> tuple[float, float]:
+    """point -+ t_{dof} quantile x the bootstrap standard error; NaN if there is nothing to go on."""
+    boot = np.asarray(boot, dtype=float)
+    boot = boot[np.isfinite(boot)]
+    if dof < 1 or boot.size < 2 or not np.isfinite(point):
+        return math.nan, math.nan
+    half = t_quantile(dof) * float(boot.std(ddof=1))
+    return point - half, point + half
+
+
+# -- the verdict rule --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the theory says about a measured number: equal to, greater than or less than ``value``."""
+
+    kind: str  # "equal" | "greater" | "less"
+    value: float
+    tolerance: float = math.inf  # "equal" only: the widest interval that can still confirm it
+
+    def __post_init__(self):
+        if self.kind not in ("equal", "greater", "less"):
+            raise ValueError(f"prediction kind must be equal, greater or less, got {self.kind!r}")
+
+
+def verdict(pred: Prediction, low: float, high: float, *, blocker: str = "") -> tuple[str, str]:
+    """(verdict, why) from the interval [low, high] by :data:`VERDICT_RULE`.
+
+    ``blocker`` names a reason the data cannot decide (censoring, too few levels...); it makes
+    the claim inconclusive whatever the interval says.
+    """
+    if blocker:
+        return "inconclusive", blocker
+    if not (np.isfinite(low) or np.isfinite(high)) or np.isnan(low) or np.isnan(high):
+        return "inconclusive", "no interval"
+    iv = f"[{low:.3g}, {high:.3g}]"
+    v = pred.value
+    if pred.kind == "equal":
+        if v < low or v > high:
+            return "does not hold", f"{v:g} outside {iv}"
+        if high - low > pred.tolerance:
+            return "inconclusive", f"{v:g} inside {iv}, but the interval is wider than {pred.tolerance:g}"
+        return "holds", f"{v:g} inside {iv}"
+    above, below = low > v, high < v
+    if pred.kind == "greater":
+        if above:
+            return "holds", f"{iv} above {v:g}"
+        return ("does not hold", f"{iv} below {v:g}") if below else ("inconclusive", f"{iv} contains {v:g}")
+    if below:
+        return "holds", f"{iv} below {v:g}"
+    return ("does not hold", f"{iv} above {v:g}") if above else ("inconclusive", f"{iv} contains {v:g}")
+
+
+# -- n*: threshold crossings (censoring-aware) --------------------------------------------
+
+
+def first_crossing(x, Y, threshold: float, *, direction: str = "up", log_x: bool = True):
+    """First x at which each row of Y reaches ``threshold`` (>= for "up", <= for "down").
+
+    Y holds values at the increasing points ``x`` (one curve per row; NaN = not recorded).
+    Between the last point short of the threshold and the first at or past it, x is
+    interpolated linearly in the value, on a log scale of x when both points are positive.
+    Returns (x_cross, reached); a row that never reaches it gets its last recorded x (a lower
+    bound) and reached = False.
+    """
+    x = np.asarray(x, dtype=float)
+    Y = np.atleast_2d(np.asarray(Y, dtype=float))
+    if Y.shape[1] != x.size:
+        raise ValueError(f"curves have {Y.shape[1]} points but x has {x.size}")
+    if x.size and np.any(np.diff(x) <= 0):
+        raise ValueError("x must be strictly increasing")
+    with np.errstate(invalid="ignore"):
+        hit = threshold <= Y if direction == "up" else threshold >= Y
+    reached = hit.any(axis=1)
+    first = hit.argmax(axis=1)
+    rows = np.arange(Y.shape[0])
+    prev = np.maximum(first - 1, 0)
+    ya, yb = Y[rows, prev], Y[rows, first]
+    xa, xb = x[prev], x[first]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where((first > 0) & np.isfinite(ya) & (yb != ya), (threshold - ya) / (yb - ya), 1.0)
+        frac = np.clip(frac, 0.0, 1.0)
+        use_log = log_x & (xa > 0) & (xb > 0)
+        xl = np.exp(
+            np.log(np.where(use_log, xa, 1.0))
+            + frac * (np.log(np.where(use_log, xb, 1.0)) - np.log(np.where(use_log, xa, 1.0)))
+        )
+        xlin = xa + frac * (xb - xa)
+    out = np.where(use_log, xl, xlin)
+    out = np.where(first == 0, x[0] if x.size else np.nan, out)
+    finite = np.isfinite(Y)
+    last_idx = np.where(finite.any(axis=1), x.size - 1 - finite[:, ::-1].argmax(axis=1), 0)
+    last_x = x[last_idx] if x.size else np.full(Y.shape[0], np.nan)
+    return np.where(reached, out, last_x), reached
+
+
+def n_star(x, y, target: float) -> float:
+    """The x at which one increasing-target curve first reaches ``target`` (:func:`first_crossing`),
+    inf if it never does on the grid (censored above), x[0] if it already does there."""
+    xs, reached = first_crossing(x, np.asarray(y, dtype=float)[None], target)
+    return float(xs[0]) if reached[0] else math.inf
+
+
+# -- fits with bootstrap intervals over seeds ------------------------------------------------
+
+# A level statistic maps resampled seed indices (B, k) to (values (B,), censored (B,)).
+LevelStat = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class Fit:
+    """y = intercept + slope * x over levels; y is a statistic of each level's seeds."""
+
+    x: np.ndarray  # level x values (all levels)
+    y: np.ndarray  # level statistics (NaN where censored)
+    censored: np.ndarray  # level statistic censored (excluded from the fit)
+    seeds: np.ndarray  # seeds per level
+    names: list[str] = field(default_factory=list)  # level names for messages ("D=16", "d=10, D=8")
+    slope: float = math.nan
+    intercept: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    r2: float = math.nan
+    valid_fraction: float = math.nan
+    boot_slope: np.ndarray = field(default_factory=lambda: np.empty(0))
+    boot_intercept: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    @property
+    def used(self) -> np.ndarray:
+        return ~self.censored & np.isfinite(self.y)
+
+    @property
+    def n_levels(self) -> int:
+        return int(np.unique(self.x[self.used]).size)
+
+    def local_slopes(self) -> list[float]:
+        """Slopes between consecutive levels: a drifting sequence means the data are not yet a power law."""
+        xs, ys = self.x[self.used], self.y[self.used]
+        order = np.argsort(xs)
+        xs, ys = xs[order], ys[order]
+        return [float((ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])) for i in range(xs.size - 1) if xs[i + 1] > xs[i]]
+
+    def blocker(self) -> str:
+        """Why this fit cannot decide a claim ('' if it can), by :data:`VERDICT_RULE`."""
+        if self.censored.any():
+            where = [n for n, c in zip(self.names, self.censored) if c] if self.names else list(self.x[self.censored])
+            return f"{int(self.censored.sum())} level(s) censored ({'; '.join(map(str, where))})"
+        if self.n_levels < MIN_LEVELS:
+            return f"only {self.n_levels} level(s) with data, need {MIN_LEVELS}"
+        if self.seeds[self.used].min() < MIN_SEEDS:
+            return f"a level has {int(self.seeds[self.used].min())} seed(s), need {MIN_SEEDS}"
+        if not self.valid_fraction >= MIN_VALID_BOOTSTRAP:
+            return f"only {self.valid_fraction:.0%} of bootstrap resamples usable (censored resamples)"
+        return ""
+
+
+def fmt_values(values) -> str:
+    return ", ".join(f"{v:g}" for v in np.asarray(values, dtype=float))
+
+
+def _ols(x: np.ndarray, Y: np.ndarray):
+    """Slopes and intercepts of each row of Y against x."""
+    xc = x - x.mean()
+    slope = (Y - Y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
+    return slope, Y.mean(axis=1) - slope * x.mean()
+
+
+def fit_levels(
+    x: np.ndarray,
+    stats: list[LevelStat],
+    n_seeds: list[int],
+    *,
+    n_boot: int,
+    rng: np.random.Generator,
+    names: list[str] | None = None,
+) -> Fit:
+    """Least-squares line through the levels' statistics, with a bootstrap over seeds within levels."""
+    x = np.asarray(x, dtype=float)
+    seeds = np.asarray(n_seeds, dtype=int)
+    y = np.full(x.size, np.nan)
+    cens = np.zeros(x.size, dtype=bool)
+    for i, (stat, k) in enumerate(zip(stats, seeds)):
+        val, c = stat(np.arange(k)[None])
+        y[i], cens[i] = (np.nan if c[0] else val[0]), bool(c[0])
+    fit = Fit(x, y, cens, seeds, list(names or []))
+    used = fit.used
+    if np.unique(x[used]).size < 2:
+        return fit
+    xs, ys = x[used], y[used]
+    fit.slope, fit.intercept = (float(v[0]) for v in _ols(xs, ys[None]))
+    resid = ys - (fit.intercept + fit.slope * xs)
+    total = ((ys - ys.mean()) ** 2).sum()
+    fit.r2 = float(1 - (resid**2).sum() / total) if total > 0 else math.nan
+    Yb = np.empty((n_boot, used.sum()))
+    bad = np.zeros(n_boot, dtype=bool)
+    for col, i in enumerate(np.flatnonzero(used)):
+        idx = rng.integers(0, seeds[i], size=(n_boot, seeds[i]))
+        val, c = stats[i](idx)
+        Yb[:, col] = widen(y[i], val, int(seeds[i]))
+        bad |= c | ~np.isfinite(val)
+    fit.valid_fraction = float(1 - bad.mean())
+    if (~bad).any():
+        fit.boot_slope, fit.boot_intercept = _ols(xs, Yb[~bad])
+        fit.low, fit.high = t_interval(fit.slope, fit.boot_slope, _slope_dof(xs, Yb[~bad], seeds[used]))
+    return fit
+
+
+def _slope_dof(x: np.ndarray, Yb: np.ndarray, k: np.ndarray) -> float:
+    """Welch-Satterthwaite degrees of freedom of a slope through level statistics of k seeds each."""
+    xc = x - x.mean()
+    c = (xc / (xc @ xc)) ** 2 * Yb.var(axis=0, ddof=1)  # each level's share of the slope's variance
+    k = np.asarray(k, dtype=float)
+    if np.any(k < 2) or c.sum() <= 0:
+        return float(max(k.min() - 1, 0))
+    return float(c.sum() ** 2 / (c**2 / (k - 1)).sum())
+
+
+def mean_stat(values: np.ndarray, censored: np.ndarray | None = None) -> LevelStat:
+    """Level statistic: the mean of per-seed values; censored if any drawn seed is."""
+    values = np.asarray(values, dtype=float)
+    cens = np.zeros(values.size, dtype=bool) if censored is None else np.asarray(censored, dtype=bool)
+    return lambda idx: (values[idx].mean(axis=1), cens[idx].any(axis=1))
+
+
+def mean_curve_crossing(grid: np.ndarray, curves: np.ndarray, threshold: float):
+    """For resampled seed indices: (log n*, above, below) of the seed-mean curve.
+
+    above: never reached, the true n* lies above the value (n_max); below: reached already at
+    the first grid point, the true n* lies below it. Averaging the seeds' curves before locating
+    the crossing keeps a single lucky draw (one noisy accuracy per seed and n) from deciding n*.
+    """
+    grid, curves = np.asarray(grid, dtype=float), np.asarray(curves, dtype=float)
+
+    def crossing(idx):
+        with warnings.catch_warnings():  # an all-NaN column (every fit failed) is simply not reached
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(curves[idx], axis=1)
+        crossed, reached = first_crossing(grid, mean, threshold)
+        return np.log(crossed), ~reached, reached & (crossed <= grid[0])
+
+    return crossing
+
+
+def curve_crossing_stat(grid: np.ndarray, curves: np.ndarray, threshold: float) -> LevelStat:
+    """Level statistic: log n* of the seed-mean curve; censored if only a bound is known."""
+    crossing = mean_curve_crossing(grid, curves, threshold)
+
+    def stat(idx):
+        value, above, below = crossing(idx)
+        return value, above | below
+
+    return stat

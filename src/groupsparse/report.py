@@ -1,0 +1,231 @@
+"""The README's results section: a finished run's tables as Markdown and its main figures.
+
+Which runs are shown comes from the tables' ``role`` column (task runs; scaling points and
+ablations appear in the claims table), never from run names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+from . import io
+
+BEGIN, END = "<!-- RESULTS:BEGIN -->", "<!-- RESULTS:END -->"
+RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters", "transfer_accuracy")
+IMAGE_RUN_FIGURES = ("image_attention", "image_examples", "transfer_accuracy")
+SCALING_FIGURES = ("convergence_time", "attention_concentration", "sample_complexity", "ablations")
+
+
+def _fmt(x, digits=3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(c) if not isinstance(c, str) else c for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def task_runs(tables: Path) -> list[str]:
+    """The study's named tasks (role task; scaling points and ablations are in the claims table), in table order."""
+    ps = io.read_parquet(tables / "pretrain_summary.parquet")
+    return list(ps.loc[ps["role"] == "task", "run"])
+
+
+def main_figures(results: Path, tables: Path) -> list[tuple[str, str]]:
+    """(folder, figure) pairs shown in the README: each task run's figures (an image run's image figures
+    instead of its curves), then the scaling figures, those that exist."""
+    pairs = []
+    for run in task_runs(tables):
+        folder = results / "figures" / run
+        names = IMAGE_RUN_FIGURES if (folder / "image_attention.png").exists() else RUN_FIGURES
+        pairs += [(run, name) for name in names]
+    pairs += [("scaling", name) for name in SCALING_FIGURES]
+    return [(sub, name) for sub, name in pairs if (results / "figures" / sub / f"{name}.png").exists()]
+
+
+def pretrain_section(tables: Path) -> str:
+    ps = io.read_parquet(tables / "pretrain_summary.parquet")
+    ps = ps[ps["role"] == "task"]
+    rows = []
+    for _, r in ps.iterrows():
+        rows.append(
+            [
+                r["run"],
+                f"{r['d']}",
+                f"{r['D']}",
+                f"{r['n_seeds_ok']}/{r['n_seeds_ok'] + r['n_seeds_diverged']}",
+                f"{r['attention_on_relevant_mean']:.3f} "
+                f"[{r['attention_on_relevant_ci_low']:.3f}, {r['attention_on_relevant_ci_high']:.3f}]",
+                _fmt(float(r["cos_v1_vstar_mean"]), 4),
+                _fmt(float(r["v2_norm_mean"]), 3),
+                f"{r['eval_loss_mean']:.4f}",
+                f"{r['eval_accuracy_mean']:.3f}",
+                f"{r['wall_seconds']:.0f}",
+            ]
+        )
+    return _table(
+        [
+            "run",
+            "d",
+            "D",
+            "seeds ok",
+            "attention on j* [95% CI]",
+            "cos(v1, v*)",
+            "abs(v2)",
+            "eval loss",
+            "eval accuracy",
+            "job wall s",
+        ],
+        rows,
+    )
+
+
+def transfer_section(tables: Path, run: str) -> str:
+    s = io.read_parquet(tables / "summary.parquet")
+    s = s[(s["run"] == run)]
+    out = []
+    for down in ("transfer", "negative_control"):
+        t = s[s["downstream"] == down]
+        if t.empty:
+            continue
+        sizes = sorted(t["n"].unique())
+        rows = []
+        for method, g in t.groupby("method", sort=False):
+            g = g.set_index("n")
+            rows.append(
+                [method]
+                + [
+                    f"{g.loc[n, 'mean_test_accuracy']:.3f} [{g.loc[n, 'ci_low']:.2f}, {g.loc[n, 'ci_high']:.2f}]"
+                    if n in g.index
+                    else "–"
+                    for n in sizes
+                ]
+            )
+        out.append(
+            f"*{run}, downstream {down.replace('_', ' ')}: mean test accuracy over seeds [95% t interval]*\n\n"
+            + _table(["method"] + [f"n={n}" for n in sizes], rows)
+        )
+    sc = io.read_parquet(tables / "sample_complexity.parquet")
+    sc = sc[(sc["run"] == run) & (sc["downstream"] == "transfer")]
+    if len(sc):
+        rows = []
+        for method, g in sc.groupby("method", sort=False):
+            g = g.set_index("target_accuracy")
+            rows.append([method, _n_cell(g, 0.9), _n_cell(g, 0.95)])
+        out.append(
+            f"*{run}: samples needed for 90% and 95% test accuracy (interpolated in log n; "
+            "'> grid' = not reached by the largest n) [95% t interval]*\n\n"
+            + _table(["method", "n for 90%", "n for 95%"], rows)
+        )
+    return "\n\n".join(out)
+
+
+def _n_count(x) -> str:
+    return "> grid" if isinstance(x, float) and math.isinf(x) else _fmt(x, 0)
+
+
+def _n_cell(g, target: float) -> str:
+    """'n [low, high]' of one method's samples needed for ``target`` ('–' if not computed)."""
+    if target not in g.index:
+        return "–"
+    r = g.loc[target]
+    return f"{_n_count(r['n_needed'])} [{_n_count(r['ci_low'])}, {_n_count(r['ci_high'])}]"
+
+
+def claims_section(tables: Path) -> str:
+    path = tables / "claims.parquet"
+    if not path.exists():
+        return ""
+    c = io.read_parquet(path)
+    cols = [k for k in ("claim", "prediction", "measured", "low", "high", "verdict") if k in c]
+    rows = [[str(r[k]) if isinstance(r[k], str) else r[k] for k in cols] for _, r in c.iterrows()]
+    return _table(cols, rows)
+
+
+def overhead_section(results: Path, wall: float | None, cores: int) -> str:
+    import pandas as pd
+
+    rows = []
+    for tsv in sorted((results / "benchmarks").rglob("*.tsv")):
+        b = pd.read_csv(tsv, sep="\t")
+        rows.append(
+            {
+                "job": str(tsv.relative_to(results / "benchmarks")),
+                "s": float(b["s"].iloc[0]),
+                "max_rss": float(b["max_rss"].iloc[0]) if str(b["max_rss"].iloc[0]) != "-" else float("nan"),
+            }
+        )
+    df = pd.DataFrame(rows)
+    total = df["s"].sum()
+    big = df.loc[df["max_rss"].idxmax()] if df["max_rss"].notna().any() else None
+    text = f"{len(df)} jobs; sum of job wall times {total:.0f} s (ideal on {cores} cores: {total / cores:.0f} s)"
+    if wall:
+        text += f"; snakemake wall time {wall:.0f} s, i.e. {wall / (total / cores):.2f}x the ideal"
+    if big is not None:
+        text += f"; largest peak memory {big['max_rss']:.0f} MB ({big['job']})"
+    return text + "."
+
+
+def write_snapshot(results: Path, docs: Path, readme: Path, wall_seconds: float | None, cores: int) -> int:
+    """Copy the main figures to ``docs`` and write the results section of ``readme``; the figure count."""
+    results, docs, readme = Path(results), Path(docs), Path(readme)
+    tables = results / "tables"
+    docs.mkdir(parents=True, exist_ok=True)
+    figs = []
+    for sub, name in main_figures(results, tables):
+        dst = docs / f"{sub}_{name}.png"
+        shutil.copyfile(results / "figures" / sub / f"{name}.png", dst)
+        figs.append((sub, name, dst))
+    parts = [
+        "## Results of the default study",
+        "",
+        "Measured by `snakemake --cores 2` on the default `config.yaml` (2-core machine, CPU); regenerate this "
+        "section and `docs/results/` with `groupsparse snapshot --wall-seconds <wall time of the run>`.",
+        "",
+        "**Run time.** " + overhead_section(results, wall_seconds, cores),
+        "",
+        "### Pretraining (final step, mean over seeds)",
+        "",
+        pretrain_section(tables),
+        "",
+    ]
+    if (tables / "summary.parquet").exists():
+        for run_name in task_runs(tables):
+            section = transfer_section(tables, run_name)
+            if section:
+                parts += [f"### Transfer: {run_name}", "", section, ""]
+    claims = claims_section(tables)
+    if claims:
+        parts += ["### Claims (verdicts by the rule in `groupsparse.analysis.stats`)", "", claims, ""]
+    parts += ["### Figures", ""]
+    readme_dir = readme.resolve().parent
+    for sub, name, path in figs:
+        rel = path.resolve().relative_to(readme_dir) if path.resolve().is_relative_to(readme_dir) else path
+        parts += [f"**{sub}: {name.replace('_', ' ')}**", "", f"![{sub} {name}]({rel.as_posix()})", ""]
+    prov = json.loads((results / "provenance.json").read_text()) if (results / "provenance.json").exists() else {}
+    if prov:
+        parts += [
+            f"Provenance: config hash `{prov.get('config_hash')}`, git commit `{prov.get('git_commit')}`, "
+            f"torch {prov.get('versions', {}).get('torch')}, host `{prov.get('host')}`.",
+            "",
+        ]
+    body = "\n".join(parts)
+    text = readme.read_text()
+    block = f"{BEGIN}\n{body}\n{END}"
+    if BEGIN in text and END in text:
+        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    io.write_text_atomic(readme, text)
+    return len(figs)

@@ -1,0 +1,102 @@
+"""Summaries count diverged and skipped seeds apart; figures mark them."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from conftest import tiny_config
+
+TINY = tiny_config()
+PAPER_METHODS = ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"]
+TABLE_TARGET = "results/provenance.json"  # the aggregate rule: every table, no figures
+CHUNK = "0-1"
+RESUME_FILE = f"results/pretrain/base/.seeds{CHUNK}.resume.safetensors"
+PRETRAIN_OUTPUTS = [
+    f"results/pretrain/base/seeds{CHUNK}{ext}" for ext in (".safetensors", ".trajectory.parquet", ".attention.parquet")
+]
+WAIT_S = 240
+
+
+def _trajectory(statuses: dict[int, str]) -> pd.DataFrame:
+    """Two recorded steps per seed; a diverged seed's metrics are NaN and inf (as overflow leaves them)."""
+    from groupsparse.analysis.summary import FINAL_METRICS
+
+    rows = []
+    for seed, status in statuses.items():
+        for step in (0, 10):
+            bad = status == "diverged" and step == 10
+            rows.append(
+                {
+                    "run": "r",
+                    "task_name": "r",
+                    "d": 2,
+                    "D": 3,
+                    "seed": seed,
+                    "step": step,
+                    "status": status,
+                    "wall_seconds": 1.0,
+                    **{
+                        m: (float("nan") if i % 2 else float("inf")) if bad else float(seed + step + i) / 100
+                        for i, m in enumerate(FINAL_METRICS)
+                    },
+                }
+            )  # / 100: inside every metric's range
+    return pd.DataFrame(rows)
+
+
+def test_pretrain_summary_counts_diverged_seeds_apart_and_never_averages_them():
+    from groupsparse.analysis.summary import FINAL_METRICS, pretrain_summary
+
+    s = pretrain_summary(_trajectory({0: "ok", 1: "diverged", 2: "ok"})).iloc[0]
+    assert (s["n_seeds_ok"], s["n_seeds_diverged"]) == (2, 1)
+    for i, m in enumerate(FINAL_METRICS):
+        assert s[f"{m}_mean"] == pytest.approx(((0 + 10 + i) + (2 + 10 + i)) / 200), m  # seeds 0 and 2 only
+        assert s[f"{m}_ci_low"] <= s[f"{m}_mean"] <= s[f"{m}_ci_high"]
+
+
+def test_transfer_summary_counts_skipped_and_diverged_rows_apart():
+    from groupsparse.analysis.summary import transfer_summary
+
+    nan = float("nan")
+    rows = [
+        {
+            "run": "r",
+            "task_name": "r",
+            "downstream": "transfer",
+            "method": "m",
+            "n": 8,
+            "seed": s,
+            "test_accuracy": acc,
+            "test_loss": 0.5,
+            "train_accuracy": 1.0,
+            "fit_seconds": 0.1,
+            "status": st,
+        }
+        for s, acc, st in ((0, 0.6, "ok"), (1, nan, "skipped_pretrain_diverged"), (2, 0.8, "ok"), (3, nan, "diverged"))
+    ]
+    s = transfer_summary(pd.DataFrame(rows)).iloc[0]
+    assert s["mean_test_accuracy"] == pytest.approx(0.7, abs=1e-15)
+    assert (s["n_seeds_ok"], s["n_seeds_not_ok"]) == (2, 2)
+    assert s["statuses_not_ok"] == "diverged,skipped_pretrain_diverged"
+
+
+def test_pretrain_figures_mark_diverged_seeds_red_with_an_x(tmp_path, monkeypatch):
+    from groupsparse.figures import runs as plots
+
+    figures = {}
+    real_save = plots.save
+    monkeypatch.setattr(
+        plots, "save", lambda fig, outdir, name: figures.setdefault(name, fig) and real_save(fig, outdir, name)
+    )
+    traj = _trajectory({0: "ok", 1: "diverged"})
+    plots.pretrain_curves(traj, "t", tmp_path)
+    marks = [
+        line
+        for ax in figures["pretrain_curves"].axes
+        for line in ax.get_lines()
+        if line.get_marker() == "x" and line.get_color() == "tab:red"
+    ]
+    assert len(marks) == 3  # one per panel: loss, accuracy, attention mass
+    assert all(list(line.get_xdata()) == [10] for line in marks)  # at the diverged seed's last step
+    assert (tmp_path / "pretrain_curves.png").stat().st_size > 1000
