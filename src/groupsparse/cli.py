@@ -13,8 +13,19 @@ import sys
 from .commands._args import EXIT_CONFIG, EXIT_DIVERGED, EXIT_INPUT, set_threads  # noqa: F401
 
 # Each module in groupsparse.commands has register(subparsers) adding its subcommand.
-COMMANDS = ("pretrain", "transfer", "check_tables", "aggregate", "plot", "summary", "scaling", "image_figures",
-            "snapshot", "status", "estimate")
+COMMANDS = (
+    "pretrain",
+    "transfer",
+    "check_tables",
+    "aggregate",
+    "plot",
+    "summary",
+    "scaling",
+    "image_figures",
+    "snapshot",
+    "status",
+    "estimate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

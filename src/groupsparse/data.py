@@ -18,7 +18,7 @@ from .specs import TaskSpec
 @dataclass
 class GroupSparseTask:
     spec: TaskSpec
-    relevant: torch.Tensor    # (K,) int64: the relevant groups j_1..j_K (j* = relevant[0])
+    relevant: torch.Tensor  # (K,) int64: the relevant groups j_1..j_K (j* = relevant[0])
     directions: torch.Tensor  # (K, d) float64 unit vectors v_k (v* = directions[0])
 
     @property
@@ -29,8 +29,16 @@ class GroupSparseTask:
     def v_star(self) -> torch.Tensor:
         return self.directions[0]
 
-    def sample(self, n: int, gen: torch.Generator, *, antithetic: bool = True,
-               dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", split: str = "train"):
+    def sample(
+        self,
+        n: int,
+        gen: torch.Generator,
+        *,
+        antithetic: bool = True,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        split: str = "train",
+    ):
         """Draw n samples (X, y). Antithetic: the second half is -X with label -y.
 
         ``split`` ("train" | "test") is ignored here: a synthetic task draws both from the same law;
@@ -76,7 +84,7 @@ def standard_normal(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tenso
     if whole < n:
         tail = torch.rand(16, generator=gen, dtype=torch.float64)
         _box_muller_blocks(tail)
-        out[n - 16:] = tail
+        out[n - 16 :] = tail
     return out.view(shape)
 
 
@@ -92,7 +100,7 @@ def _box_muller_blocks(u: torch.Tensor) -> None:
     """
     all_blocks = u.view(-1, 2, 8)
     for start in range(0, all_blocks.shape[0], _BM_CHUNK):
-        blocks = all_blocks[start:start + _BM_CHUNK]
+        blocks = all_blocks[start : start + _BM_CHUNK]
         radius = torch.log(1 - blocks[:, 0]).mul_(-2).sqrt_()
         theta = blocks[:, 1] * (2 * math.pi)
         torch.mul(radius, torch.cos(theta), out=blocks[:, 0])
@@ -120,8 +128,9 @@ def _draw_features(spec: TaskSpec, m: int, gen: torch.Generator) -> torch.Tensor
     raise ValueError(f"task.features: unknown law {spec.features!r}")
 
 
-def draw_task(spec: TaskSpec, *identity: object, relevant: list[int] | None = None,
-              directions: torch.Tensor | None = None) -> GroupSparseTask:
+def draw_task(
+    spec: TaskSpec, *identity: object, relevant: list[int] | None = None, directions: torch.Tensor | None = None
+) -> GroupSparseTask:
     """The task (j*, v*) of one repetition, drawn from the hashed ``identity`` unless given.
 
     j* uniform in 0..D-1 (or ``spec.j_star``), the other relevant groups uniform among
@@ -160,5 +169,6 @@ def make_task(spec, *identity: object, **kwargs):
     """
     if getattr(spec, "kind", "synthetic") == "images":
         from .images import make_image_task
+
         return make_image_task(spec, *identity, **kwargs)
     return draw_task(spec, *identity, **kwargs)

@@ -86,8 +86,9 @@ class SeedWorkers:
         if self.inline:
             return [fn(s) for s in range(n)]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="seed",
-                                            initializer=torch.set_num_threads, initargs=(1,))
+            self._pool = ThreadPoolExecutor(
+                self.workers, thread_name_prefix="seed", initializer=torch.set_num_threads, initargs=(1,)
+            )
         out = list(self._pool.map(fn, range(n)))
         # torch.set_num_threads acts per OS thread on the op kernels, but also sets a process-wide
         # default that a worker's start just lowered to 1: put the job's value back (microseconds)
@@ -105,8 +106,9 @@ def batch_inner(X: torch.Tensor) -> torch.Tensor:
     return X.permute(2, 1, 0).contiguous()
 
 
-def seed_forward(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, P: torch.Tensor, scale: float = 1.0,
-                 antithetic: bool = False):
+def seed_forward(
+    W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, P: torch.Tensor, scale: float = 1.0, antithetic: bool = False
+):
     """Outputs f (M, H) and attention (M, D, D, H) [half, key i, query j, sample] of one seed.
 
     Arguments as in :func:`seed_loss_and_grads`; M = 2 halves [X, -X] with ``antithetic``, else 1.
@@ -115,8 +117,15 @@ def seed_forward(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, P: torch.Ten
     return (u * attn.sum(2)).sum(1), attn
 
 
-def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: torch.Tensor, P: torch.Tensor,
-                        scale: float = 1.0, antithetic: bool = False):
+def seed_loss_and_grads(
+    W: torch.Tensor,
+    v: torch.Tensor,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    P: torch.Tensor,
+    scale: float = 1.0,
+    antithetic: bool = False,
+):
     """Loss and exact gradients of the paper model for one seed.
 
     W (m, m), v (m,) with m = d + D; X (d, D, H): X[k, j, b] = coordinate k of group j of
@@ -133,11 +142,11 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
     Pt = P.T
     attn, u = _attention_and_values(W, v, X, P, scale, antithetic)
     yy = torch.stack([y, -y]) if antithetic else y[None]
-    r = attn.sum(2)                                               # mass each key receives
-    f = (u * r).sum(1)                                            # (M, H) outputs
+    r = attn.sum(2)  # mass each key receives
+    f = (u * r).sum(1)  # (M, H) outputs
     neg_margin = -yy * f
     loss = torch.nn.functional.softplus(neg_margin).mean()
-    g = torch.sigmoid(neg_margin).mul_(yy).mul_(-1.0 / B)         # dl/df per sample
+    g = torch.sigmoid(neg_margin).mul_(yy).mul_(-1.0 / B)  # dl/df per sample
 
     # G[i, j] = S[i, j] (u_i - sum_k S[k, j] u_k), scaled by g: dL/dA for each sample.
     ubar = (attn * u[:, :, None, :]).sum(1)
@@ -149,7 +158,7 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
     # T[k, j, b] = sum_i x_{b,i,k} gG_even[i, j, b]. One product K X^T then gives the Wff block,
     # the v1 gradient and P^T-side of the Wpf block.
     K = torch.empty(d + 1 + D, D, H, **new)
-    odd_gG = K[d + 1:]
+    odd_gG = K[d + 1 :]
     if antithetic:
         even_gG = gG[0] + gG[1]
         torch.sub(gG[0], gG[1], out=odd_gG)
@@ -165,7 +174,7 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
     for i in range(1, D):
         T.addcmul_(X[:, i, None, :], even_gG[i, None, :, :])
     KX = K.view(d + 1 + D, D * H) @ Xf.T
-    if antithetic:   # sum_{i,b} x_{b,i,k} gG_odd[i, j, b]: one (d x H) @ (H x D) product per key i
+    if antithetic:  # sum_{i,b} x_{b,i,k} gG_odd[i, j, b]: one (d x H) @ (H x D) product per key i
         V = (X.transpose(0, 1) @ odd_gG.transpose(1, 2)).sum(0)
     else:
         V = T.sum(-1)
@@ -173,7 +182,7 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
     gW = torch.empty(m, m, **new)
     gW[:d, :d] = KX[:d]
     gW[:d, d:] = V @ P
-    gW[d:, :d] = Pt @ KX[d + 1:]
+    gW[d:, :d] = Pt @ KX[d + 1 :]
     gW[d:, d:] = Pt @ even_gG.sum(-1) @ P
     if scale != 1.0:
         gW *= scale
@@ -184,7 +193,7 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
 def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
     """Attention (M, D, D, H) [half, key i, query j, b] and values u = v . z_i (M, D, H)."""
     d, D, H = X.shape
-    M = 2 if antithetic else 1                                   # mirror halves: +X (and -X)
+    M = 2 if antithetic else 1  # mirror halves: +X (and -X)
     new = dict(dtype=X.dtype, device=X.device)
     Pt = P.T
     # Scores in base 2: softmax(A) = 2^(A log2(e) - max) / sum, and torch's exp2 is about four
@@ -194,13 +203,13 @@ def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
     # rows d.. the x_i^T Wfp p_j and x_j^T Wpf^T p_i blocks, the last row x_i . v1.
     Wcat = torch.cat([Ws[:d, :d], Ws[:d, d:] @ Pt, Ws[d:, :d].T @ Pt, v[:d, None]], dim=1)
     R = (Wcat.T @ X.reshape(d, D * H)).view(d + 2 * D + 1, D, H)
-    odd = R[d + D:d + 2 * D] + R[d:d + D].transpose(0, 1)        # [i, j, b]: odd in X
-    even = X[0, None, :, :] * R[0, :, None, :]                    # [i, j, b]: x_i^T Wff x_j, even in X
+    odd = R[d + D : d + 2 * D] + R[d : d + D].transpose(0, 1)  # [i, j, b]: odd in X
+    even = X[0, None, :, :] * R[0, :, None, :]  # [i, j, b]: x_i^T Wff x_j, even in X
     for k in range(1, d):
         even.addcmul_(R[k, :, None, :], X[k, None, :, :])
     even += (P @ Ws[d:, d:] @ Pt)[:, :, None]
 
-    attn = torch.empty(M, D, D, H, **new)                         # scores, then softmax over keys i
+    attn = torch.empty(M, D, D, H, **new)  # scores, then softmax over keys i
     torch.add(even, odd, out=attn[0])
     if antithetic:
         torch.sub(even, odd, out=attn[1])

@@ -47,6 +47,7 @@ SPLITS = ("train", "test")
 
 # -- reading CIFAR-10's pickled batches without running code ---------------------------
 
+
 @functools.lru_cache(maxsize=1)
 def _allowed_globals() -> dict[tuple[str, str], Any]:
     """The only globals a CIFAR batch may name: numpy's array/scalar reconstruction helpers.
@@ -78,7 +79,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
             raise InputError(
                 f"{self.source}: refused to load class {module}.{name}: a CIFAR-10 batch holds only plain "
                 "containers, strings, numbers and numpy arrays, and loading any other class could run code; "
-                "this is not a genuine cifar-10-batches-py file")
+                "this is not a genuine cifar-10-batches-py file"
+            )
         return obj
 
 
@@ -112,12 +114,16 @@ def resolve_cifar_folder(path: str | Path) -> Path:
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     batch = _plain_keys(safe_unpickle(path), path)
     data, labels = batch.get("data"), batch.get("labels")
-    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2
-            and data.shape[1] == CIFAR_PIXELS):
+    if not (
+        isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2 and data.shape[1] == CIFAR_PIXELS
+    ):
         got = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
         raise InputError(f"{path}: 'data' must be a uint8 array of shape (N, {CIFAR_PIXELS}), got {got}")
-    if not (isinstance(labels, list) and len(labels) == data.shape[0]
-            and all(isinstance(c, int) and 0 <= c < 10 for c in labels)):
+    if not (
+        isinstance(labels, list)
+        and len(labels) == data.shape[0]
+        and all(isinstance(c, int) and 0 <= c < 10 for c in labels)
+    ):
         raise InputError(f"{path}: 'labels' must be a list of {data.shape[0]} integers in 0..9")
     # rows are 1024 red, 1024 green, 1024 blue values, each a 32x32 image in row-major order
     return data.reshape(-1, 3, 32, 32), np.asarray(labels, dtype=np.int64)
@@ -163,20 +169,25 @@ def load_images(spec: ImageTaskSpec) -> tuple[np.ndarray, np.ndarray, str]:
 
 # -- split and features ------------------------------------------------------------------
 
-def split_class(spec: ImageTaskSpec, labels: np.ndarray, class_name: str, source: str,
-                identity: tuple) -> dict[str, np.ndarray]:
+
+def split_class(
+    spec: ImageTaskSpec, labels: np.ndarray, class_name: str, source: str, identity: tuple
+) -> dict[str, np.ndarray]:
     """Dataset indices of one class's train and test images (disjoint), drawn from ``identity``."""
     k = IMAGE_DATASETS[spec.dataset][3].index(class_name)
     members = np.flatnonzero(labels == k)
     n = spec.images_per_class if spec.images_per_class is not None else len(members)
     if n > len(members):
-        raise InputError(f"task.images_per_class: asks for {n} images of class {class_name!r}, "
-                         f"but {source} has only {len(members)}")
+        raise InputError(
+            f"task.images_per_class: asks for {n} images of class {class_name!r}, but {source} has only {len(members)}"
+        )
     chosen = numpy_generator(*identity, "images", spec.dataset, class_name).permutation(members)[:n]
     n_test = round(spec.test_fraction * n)
     if not 1 <= n_test < n:
-        raise InputError(f"task.test_fraction: {spec.test_fraction} of {n} images of class {class_name!r} "
-                         f"leaves {n_test} for testing; both splits need at least one")
+        raise InputError(
+            f"task.test_fraction: {spec.test_fraction} of {n} images of class {class_name!r} "
+            f"leaves {n_test} for testing; both splits need at least one"
+        )
     return {"train": np.sort(chosen[n_test:]), "test": np.sort(chosen[:n_test])}
 
 
@@ -184,17 +195,17 @@ def split_class(spec: ImageTaskSpec, labels: np.ndarray, class_name: str, source
 class ImageFeatures:
     """Pixels -> d features: per-pixel standardisation, reduction, centring and one global scale."""
 
-    pixel_mean: np.ndarray   # (C*H*W,)
-    pixel_std: np.ndarray    # (C*H*W,), 1 where a pixel is constant on the train split
+    pixel_mean: np.ndarray  # (C*H*W,)
+    pixel_std: np.ndarray  # (C*H*W,), 1 where a pixel is constant on the train split
     reduce: str
-    pool: int                # k for reduce: pool
+    pool: int  # k for reduce: pool
     components: np.ndarray | None  # (d, C*H*W) for reduce: pca
     pca_mean: np.ndarray | None
     feature_mean: np.ndarray  # (d,)
     scale: float
 
     @classmethod
-    def fit(cls, spec: ImageTaskSpec, train_pixels: np.ndarray) -> "ImageFeatures":
+    def fit(cls, spec: ImageTaskSpec, train_pixels: np.ndarray) -> ImageFeatures:
         x = train_pixels.reshape(len(train_pixels), -1).astype(np.float64)
         mean, std = x.mean(0), x.std(0)
         std = np.where(std > 1e-12 * max(float(std.max()), 1e-300), std, 1.0)
@@ -203,18 +214,23 @@ class ImageFeatures:
         components = pca_mean = None
         if spec.reduce == "pca":
             if spec.d > len(z):
-                raise InputError(f"task.d: reduce: pca with d = {spec.d} needs at least {spec.d} train images of "
-                                 f"the pretraining classes {list(spec.classes)}, but the split has {len(z)}")
+                raise InputError(
+                    f"task.d: reduce: pca with d = {spec.d} needs at least {spec.d} train images of "
+                    f"the pretraining classes {list(spec.classes)}, but the split has {len(z)}"
+                )
             from sklearn.decomposition import PCA
+
             pca = PCA(n_components=spec.d, svd_solver="full").fit(z)
             components, pca_mean = pca.components_.copy(), pca.mean_.copy()
         partial = cls(mean, std, spec.reduce, pool, components, pca_mean, np.zeros(spec.d), 1.0)
         r = partial._reduce(z, train_pixels.shape[1:])
         centred = r - r.mean(0)
-        power = float((centred ** 2).sum(1).mean())
+        power = float((centred**2).sum(1).mean())
         if not power > 0:
-            raise InputError(f"task: the train images of classes {list(spec.classes)} are all identical after "
-                             "reduction; nothing to learn from")
+            raise InputError(
+                f"task: the train images of classes {list(spec.classes)} are all identical after "
+                "reduction; nothing to learn from"
+            )
         return cls(mean, std, spec.reduce, pool, components, pca_mean, r.mean(0), float(np.sqrt(spec.d / power)))
 
     def _reduce(self, z: np.ndarray, image_shape: tuple[int, ...]) -> np.ndarray:
@@ -234,16 +250,17 @@ class ImageFeatures:
 
 # -- the task ----------------------------------------------------------------------------
 
+
 @dataclass
 class ImageGroupTask:
     """Same interface as ``data.GroupSparseTask`` (spec, relevant, j_star, sample); no v*."""
 
     spec: ImageTaskSpec
-    relevant: torch.Tensor          # tensor([j*])
-    classes: tuple[str, str]        # label -1, +1
-    features: torch.Tensor          # (N, d) float64, one row per selected image
-    pixels: np.ndarray              # (N, C, H, W) the same images as stored, for figures
-    image_ids: np.ndarray           # (N,) index of each row in the source dataset
+    relevant: torch.Tensor  # tensor([j*])
+    classes: tuple[str, str]  # label -1, +1
+    features: torch.Tensor  # (N, d) float64, one row per selected image
+    pixels: np.ndarray  # (N, C, H, W) the same images as stored, for figures
+    image_ids: np.ndarray  # (N,) index of each row in the source dataset
     pools: dict[str, tuple[torch.Tensor, torch.Tensor]]  # split -> rows of class 0, rows of class 1
 
     @property
@@ -265,12 +282,22 @@ class ImageGroupTask:
         rows = torch.where(slot_class == 1, pick1, pick0)
         return rows, (2 * label - 1).to(torch.float64)
 
-    def sample(self, n: int, gen: torch.Generator, *, antithetic: bool = False,
-               dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", split: str = "train"):
+    def sample(
+        self,
+        n: int,
+        gen: torch.Generator,
+        *,
+        antithetic: bool = False,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        split: str = "train",
+    ):
         """n inputs X (n, D, d) and labels y in {-1, +1}, from the ``split`` images only."""
         if antithetic:
-            raise ConfigError("pretrain.sampling: must be iid for image tasks (a negated image is not an image "
-                              "of the other class, so antithetic pairs X, -X do not exist)")
+            raise ConfigError(
+                "pretrain.sampling: must be iid for image tasks (a negated image is not an image "
+                "of the other class, so antithetic pairs X, -X do not exist)"
+            )
         rows, y = self.draw(n, gen, split)
         X = self.features[rows]
         return X.to(dtype=dtype, device=device), y.to(dtype=dtype, device=device)
@@ -282,8 +309,7 @@ def image_j_star(spec: ImageTaskSpec, *identity: object) -> int:
     return spec.j_star if spec.j_star is not None else int(perm[0])
 
 
-def make_image_task(spec: ImageTaskSpec, *identity: object,
-                    classes: tuple[str, str] | None = None) -> ImageGroupTask:
+def make_image_task(spec: ImageTaskSpec, *identity: object, classes: tuple[str, str] | None = None) -> ImageGroupTask:
     """The image task of one repetition: split, features fitted on the pretraining pair, j*.
 
     ``classes`` (default ``spec.classes``) picks the pair whose images fill the slots; the
@@ -294,7 +320,9 @@ def make_image_task(spec: ImageTaskSpec, *identity: object,
     names = IMAGE_DATASETS[spec.dataset][3]
     for c in classes:
         if c not in names:
-            raise ConfigError(f"task.transfer_classes: {c!r} is not a {spec.dataset} class; classes: {', '.join(names)}")
+            raise ConfigError(
+                f"task.transfer_classes: {c!r} is not a {spec.dataset} class; classes: {', '.join(names)}"
+            )
     pixels, labels, source = load_images(spec)
     splits = {c: split_class(spec, labels, c, source, identity) for c in dict.fromkeys(spec.classes + classes)}
     fit_ids = np.concatenate([splits[c]["train"] for c in spec.classes])
@@ -302,8 +330,10 @@ def make_image_task(spec: ImageTaskSpec, *identity: object,
 
     ids = np.concatenate([splits[c][s] for c in classes for s in SPLITS])
     row_of = {int(i): r for r, i in enumerate(ids)}
-    pools = {s: tuple(torch.tensor([row_of[int(i)] for i in splits[c][s]], dtype=torch.int64) for c in classes)
-             for s in SPLITS}
+    pools = {
+        s: tuple(torch.tensor([row_of[int(i)] for i in splits[c][s]], dtype=torch.int64) for c in classes)
+        for s in SPLITS
+    }
     return ImageGroupTask(
         spec=spec,
         relevant=torch.tensor([image_j_star(spec, *identity)], dtype=torch.int64),

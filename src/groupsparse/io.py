@@ -11,9 +11,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 PROVENANCE_KEY = b"groupsparse.provenance"
 TIMING_COLUMNS = ("fit_seconds", "wall_seconds", "mean_fit_seconds")  # vary run to run; ignored when comparing tables
@@ -75,20 +76,30 @@ def _static_provenance() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[pkg] = None
     versions["python"] = platform.python_version()
-    return {"git_commit": git_commit(), "versions": versions, "host": socket.gethostname(),
-            "platform": platform.platform()}
+    return {
+        "git_commit": git_commit(),
+        "versions": versions,
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+    }
 
 
 def git_commit() -> str:
     """The commit of the checkout that holds this package (``+dirty`` if it has local changes)."""
     here = Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         if not sha:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -121,7 +132,9 @@ def read_parquet(path):
     try:
         return pq.read_table(path).to_pandas()
     except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise InputError(f"{path}: not a readable Parquet table ({exc}); delete it and rerun the rule that makes it") from exc
+        raise InputError(
+            f"{path}: not a readable Parquet table ({exc}); delete it and rerun the rule that makes it"
+        ) from exc
 
 
 def read_provenance(path) -> dict[str, Any]:
@@ -138,8 +151,11 @@ def save_checkpoint(path, tensors: dict, meta: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
     with atomic_path(path) as tmp:
-        save_file({k: t.contiguous().cpu() for k, t in tensors.items()}, str(tmp),
-                  metadata={"groupsparse": json.dumps(meta, sort_keys=True, default=str)})
+        save_file(
+            {k: t.contiguous().cpu() for k, t in tensors.items()},
+            str(tmp),
+            metadata={"groupsparse": json.dumps(meta, sort_keys=True, default=str)},
+        )
 
 
 def load_checkpoint(path) -> tuple[dict, dict[str, Any]]:
@@ -153,6 +169,8 @@ def load_checkpoint(path) -> tuple[dict, dict[str, Any]]:
             meta = json.loads((f.metadata() or {})["groupsparse"])
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
     except Exception as exc:
-        raise InputError(f"{path}: not a readable groupsparse checkpoint ({type(exc).__name__}: {exc}); "
-                         "delete it and rerun pretraining") from exc
+        raise InputError(
+            f"{path}: not a readable groupsparse checkpoint ({type(exc).__name__}: {exc}); "
+            "delete it and rerun pretraining"
+        ) from exc
     return tensors, meta

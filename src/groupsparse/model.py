@@ -41,11 +41,15 @@ def embed(X: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
     return X + Q
 
 
-def init_params(spec: ModelSpec, n_seeds: int, m: int, gens: list[torch.Generator] | None,
-                dtype=torch.float32, device="cpu") -> dict[str, torch.Tensor]:
+def init_params(
+    spec: ModelSpec, n_seeds: int, m: int, gens: list[torch.Generator] | None, dtype=torch.float32, device="cpu"
+) -> dict[str, torch.Tensor]:
     """Parameters with a leading seed axis; zero (paper) or N(0, init_scale^2) per seed."""
-    names = [f"layer{l}.W" for l in range(spec.layers)] if spec.attention == "merged" else \
-        [f"layer{l}.{w}" for l in range(spec.layers) for w in ("WK", "WQ")]
+    names = (
+        [f"layer{l}.W" for l in range(spec.layers)]
+        if spec.attention == "merged"
+        else [f"layer{l}.{w}" for l in range(spec.layers) for w in ("WK", "WQ")]
+    )
     shapes = {name: (m, m) for name in names} | {"v": (m,)}
     params = {}
     for name, shape in shapes.items():
@@ -113,8 +117,7 @@ def seedwise(fn, x: torch.Tensor) -> torch.Tensor:
     return torch.stack([fn(part) for part in x.unbind(0)])
 
 
-def loss_and_grads_closed_form(W: torch.Tensor, v: torch.Tensor, Z: torch.Tensor, y: torch.Tensor,
-                               scale: float = 1.0):
+def loss_and_grads_closed_form(W: torch.Tensor, v: torch.Tensor, Z: torch.Tensor, y: torch.Tensor, scale: float = 1.0):
     """Loss and exact gradients for the paper model without autograd.
 
     With g_b = dl/df_b (already divided by B), G[i, j] = S[i, j](u_i - sum_k S[k, j] u_k):
@@ -127,15 +130,15 @@ def loss_and_grads_closed_form(W: torch.Tensor, v: torch.Tensor, Z: torch.Tensor
     if scale != 1.0:
         A = A * scale
     attn = torch.softmax(A, dim=-2)
-    u = (Z * v[:, None, None, :]).sum(-1)                  # elementwise: batch-invariant, unlike bmm
+    u = (Z * v[:, None, None, :]).sum(-1)  # elementwise: batch-invariant, unlike bmm
     r = attn.sum(-1)
     f = (u * r).sum(-1)
     yf = y * f
     loss = logistic_loss(f, y)
-    g = -y * seedwise(torch.sigmoid, -yf) / B               # (S, B)
-    gv = ((g[..., None] * r)[..., None] * Z).sum((1, 2))    # elementwise: no gemv, batch-invariant
-    ubar = (attn * u[..., :, None]).sum(-2)                  # (S, B, D): mean value seen by query j
-    G = attn * (u[..., :, None] - ubar[..., None, :])        # (S, B, D, D)
+    g = -y * seedwise(torch.sigmoid, -yf) / B  # (S, B)
+    gv = ((g[..., None] * r)[..., None] * Z).sum((1, 2))  # elementwise: no gemv, batch-invariant
+    ubar = (attn * u[..., :, None]).sum(-2)  # (S, B, D): mean value seen by query j
+    G = attn * (u[..., :, None] - ubar[..., None, :])  # (S, B, D, D)
     H = (G @ Z).reshape(S_, B * D, m)
     gW = seedwise_mm((g[..., None, None] * Z).reshape(S_, B * D, m).transpose(1, 2), H)
     if scale != 1.0:

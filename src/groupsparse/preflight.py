@@ -50,9 +50,11 @@ def _allowed(schema: dict[str, Any]) -> str:
         return "one of " + ", ".join(map(str, schema["enum"]))
     kinds = schema.get("type", "string" if "pattern" in schema else None)
     words = [" or ".join(kinds) if isinstance(kinds, list) else str(kinds)] if kinds else []
-    bounds = [f"{op} {schema[bound]}" for bound, op in
-              (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
-              if bound in schema]
+    bounds = [
+        f"{op} {schema[bound]}"
+        for bound, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+        if bound in schema
+    ]
     if bounds:
         words.append(" and ".join(bounds))
     if "minItems" in schema:
@@ -78,10 +80,12 @@ def strict_validator(schema: dict[str, Any]):
     import jsonschema
 
     base = jsonschema.Draft202012Validator
-    checker = base.TYPE_CHECKER.redefine_many({
-        "integer": lambda _, x: isinstance(x, int) and not isinstance(x, bool),
-        "number": lambda _, x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x),
-    })
+    checker = base.TYPE_CHECKER.redefine_many(
+        {
+            "integer": lambda _, x: isinstance(x, int) and not isinstance(x, bool),
+            "number": lambda _, x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x),
+        }
+    )
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
@@ -95,8 +99,9 @@ def schema_problem(config: dict[str, Any], schema: dict[str, Any]) -> str | None
     where, sub, kind = list(error.absolute_path), error.schema, error.validator
     if kind == "additionalProperties":
         unexpected = sorted(set(error.instance) - set(sub.get("properties", {})))
-        return (f"{_key(where + unexpected[:1])}: unknown key; allowed keys: "
-                f"{', '.join(sorted(sub.get('properties', {})))}")
+        return (
+            f"{_key(where + unexpected[:1])}: unknown key; allowed keys: {', '.join(sorted(sub.get('properties', {})))}"
+        )
     if kind == "required":
         missing = [k for k in sub["required"] if k not in error.instance]
         return f"{_key(where + missing[:1])}: required key is missing; required keys: {', '.join(sub['required'])}"
@@ -104,13 +109,17 @@ def schema_problem(config: dict[str, Any], schema: dict[str, Any]) -> str | None
         return f"{_key(where)}: bad name {shown(error.instance)}; allowed: names {_allowed(sub['propertyNames'])}"
     if kind == "minProperties":
         return f"{_key(where)}: needs at least {sub['minProperties']} entry"
-    if kind in ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and isinstance(
-            error.instance, float) and not math.isfinite(error.instance):
+    if (
+        kind in ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+        and isinstance(error.instance, float)
+        and not math.isfinite(error.instance)
+    ):
         return f"{_key(where)}: got {error.instance}; allowed: a finite {_allowed(sub)}"
     return f"{_key(where)}: got {shown(error.instance)}; allowed: {_allowed(sub)}"
 
 
 # --- config files: read strictly, before their values are trusted ---------------------------
+
 
 def _strict_loader():
     import yaml
@@ -128,8 +137,11 @@ def _strict_loader():
                     continue  # the base class reports unhashable keys
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"key {shown(key)} appears twice (first at line {seen[key] + 1})",
-                        key_node.start_mark)
+                        None,
+                        None,
+                        f"key {shown(key)} appears twice (first at line {seen[key] + 1})",
+                        key_node.start_mark,
+                    )
                 seen[key] = key_node.start_mark.line
             return super().construct_mapping(node, deep=deep)
 
@@ -178,8 +190,10 @@ def config_file_problem(path: str | os.PathLike) -> str | None:
     if not isinstance(data, dict):
         return f"{path}: a config file must be a mapping of keys to values, got {type(data).__name__}"
     if expanded_size(data) > MAX_CONFIG_NODES:
-        return (f"{path}: the config expands to more than {MAX_CONFIG_NODES} values once its YAML "
-                "aliases are resolved (an alias bomb?); write the values out")
+        return (
+            f"{path}: the config expands to more than {MAX_CONFIG_NODES} values once its YAML "
+            "aliases are resolved (an alias bomb?); write the values out"
+        )
     return None
 
 
@@ -193,9 +207,11 @@ def cifar_folder_problem(path: str, where: str) -> str | None:
     """None if ``path`` is (or holds) a complete cifar-10-batches-py folder, else why not."""
     folder = cifar_folder(path)
     if not folder.is_dir():
-        return (f"{where}: {path!r} is not a folder (resolved from {Path.cwd()}); allowed: the extracted "
-                f"{CIFAR_FOLDER} folder or its parent (download cifar-10-python.tar.gz yourself; "
-                "the workflow never downloads)")
+        return (
+            f"{where}: {path!r} is not a folder (resolved from {Path.cwd()}); allowed: the extracted "
+            f"{CIFAR_FOLDER} folder or its parent (download cifar-10-python.tar.gz yourself; "
+            "the workflow never downloads)"
+        )
     missing = [name for name in CIFAR_FILES if not (folder / name).is_file()]
     if missing:
         return f"{where}: {folder} is an incomplete {CIFAR_FOLDER} folder, missing {', '.join(missing)}"
@@ -228,12 +244,15 @@ def results_problem(results: str | os.PathLike = "results") -> str | None:
         with tempfile.TemporaryFile(dir=probe_dir, prefix=".groupsparse-write-probe."):
             pass
     except OSError as exc:
-        return (f"{probe_dir.resolve()}: the results folder is not writable ({exc.strerror}); "
-                "run from a folder you can write (snakemake --directory DIR), or fix its permissions")
+        return (
+            f"{probe_dir.resolve()}: the results folder is not writable ({exc.strerror}); "
+            "run from a folder you can write (snakemake --directory DIR), or fix its permissions"
+        )
     return None
 
 
 # --- the whole parse-time check, as the Snakefile runs it ------------------------------------
+
 
 def study_name(config: dict[str, Any], config_files=()) -> str:
     """The study's name, which names its results folder: the config's `study_name`, else the
@@ -248,8 +267,10 @@ def study_name(config: dict[str, Any], config_files=()) -> str:
             raise StudyRefused("invalid configuration: study_name: required when no config file names the study")
         name, where = Path(list(config_files)[0]).stem, f"study_name (from {list(config_files)[0]})"
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or len(name) > 64:
-        raise StudyRefused(f"invalid configuration: {where}: got {shown(name)}; allowed: a name matching "
-                           "^[A-Za-z][A-Za-z0-9_]*$ (set study_name in the config)")
+        raise StudyRefused(
+            f"invalid configuration: {where}: got {shown(name)}; allowed: a name matching "
+            "^[A-Za-z][A-Za-z0-9_]*$ (set study_name in the config)"
+        )
     return name
 
 
@@ -283,21 +304,27 @@ def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str
         fitted = {m for run in runs.values() if run.role == "scaling" for m in run.methods}
         for i, method in enumerate((scaling.get("analysis") or {}).get("methods") or []):
             if method not in fitted:
-                problems.append(f"scaling.analysis.methods[{i}]: {shown(method)} is not a transfer method of the "
-                                f"scaling runs; they run: {', '.join(sorted(fitted)) or 'none (transfer is off)'}")
+                problems.append(
+                    f"scaling.analysis.methods[{i}]: {shown(method)} is not a transfer method of the "
+                    f"scaling runs; they run: {', '.join(sorted(fitted)) or 'none (transfer is off)'}"
+                )
     ablations = config.get("ablations") or {}
     if ablations.get("enabled"):
         analysis = ablations.get("analysis") or {}
         baseline = analysis.get("baseline", "ablation_none")
         ablation_runs = sorted(r for r, run in runs.items() if run.role == "ablation")
         if baseline not in ablation_runs:
-            problems.append(f"ablations.analysis.baseline: {shown(baseline)} is not an ablation run; "
-                            f"runs: {', '.join(ablation_runs)}")
+            problems.append(
+                f"ablations.analysis.baseline: {shown(baseline)} is not an ablation run; "
+                f"runs: {', '.join(ablation_runs)}"
+            )
         sizes = {n for run in runs.values() if run.role == "ablation" for n in run.sizes}
         for i, n in enumerate(analysis.get("sizes") or []):
             if n not in sizes:
-                problems.append(f"ablations.analysis.sizes[{i}]: {n} is not a transfer sample size of the "
-                                f"ablation runs; they use: {', '.join(map(str, sorted(sizes))) or 'none'}")
+                problems.append(
+                    f"ablations.analysis.sizes[{i}]: {n} is not a transfer sample size of the "
+                    f"ablation runs; they use: {', '.join(map(str, sorted(sizes))) or 'none'}"
+                )
     return problems
 
 
@@ -319,8 +346,10 @@ def _check_study(config, schema, config_files, results) -> dict:
         if problem:
             raise StudyRefused(f"invalid configuration: {problem}")
     if expanded_size(config) > MAX_CONFIG_NODES:
-        raise StudyRefused(f"invalid configuration: more than {MAX_CONFIG_NODES} values once YAML aliases "
-                           "are resolved (an alias bomb?)")
+        raise StudyRefused(
+            f"invalid configuration: more than {MAX_CONFIG_NODES} values once YAML aliases "
+            "are resolved (an alias bomb?)"
+        )
     problem = schema_problem(config, schema)
     if problem:
         raise StudyRefused(f"invalid configuration: {problem}")

@@ -78,8 +78,7 @@ def _attention_mass(mean_attn: torch.Tensor, relevant: torch.Tensor) -> torch.Te
 class Trainer:
     """Holds the batched state; ``run`` performs gradient descent with recording and resume."""
 
-    def __init__(self, spec: RunSpec, seeds: list[int], resume_path: str | Path | None = None,
-                 resume_every: int = 500):
+    def __init__(self, spec: RunSpec, seeds: list[int], resume_path: str | Path | None = None, resume_every: int = 500):
         self.spec, self.seeds = spec, list(seeds)
         self.dtype = DTYPES[spec.dtype]
         self.device = torch.device(spec.device)
@@ -97,14 +96,21 @@ class Trainer:
         eval_gens = [torch_generator(*task_identity(spec, s), "eval") for s in self.seeds]
         # synthetic: antithetic evaluation set; images: no X -> -X symmetry, held-out test images
         eval_kw = {"antithetic": False, "split": "test"} if ts.kind == "images" else {"antithetic": True}
-        Xe, ye = zip(*[t.sample(spec.pretrain.eval_size, g, **eval_kw, dtype=self.dtype, device=self.device)
-                       for t, g in zip(self.tasks, eval_gens)])
+        Xe, ye = zip(
+            *[
+                t.sample(spec.pretrain.eval_size, g, **eval_kw, dtype=self.dtype, device=self.device)
+                for t, g in zip(self.tasks, eval_gens)
+            ]
+        )
         self.Z_eval, self.y_eval = embed(torch.stack(Xe), ms), torch.stack(ye)
         self.closed_form = spec.pretrain.gradient == "closed_form" or (
-            spec.pretrain.gradient == "auto" and ms.is_paper_model)
+            spec.pretrain.gradient == "auto" and ms.is_paper_model
+        )
         if spec.pretrain.gradient == "closed_form" and not ms.is_paper_model:
-            raise ValueError("pretrain.gradient: closed_form exists only for the paper model "
-                             "(positions: concat, attention: merged, layers: 1); use auto or autograd")
+            raise ValueError(
+                "pretrain.gradient: closed_form exists only for the paper model "
+                "(positions: concat, attention: merged, layers: 1); use auto or autograd"
+            )
         self.scale = 1.0 / math.sqrt(self.m) if ms.score_scale == "sqrt" else 1.0
         self.antithetic = spec.pretrain.sampling == "antithetic"
         self.positions = sine_positions(ts.D, self.dtype, self.device) if self.closed_form else None
@@ -118,9 +124,14 @@ class Trainer:
     def batch(self):
         """This step's fresh samples of every seed: X (S, B, D, d) and labels y (S, B)."""
         p = self.spec.pretrain
-        Xs, ys = zip(*self.workers.map(lambda s: self.tasks[s].sample(
-            p.batch, self.train_gens[s], antithetic=self.antithetic, dtype=self.dtype, device=self.device),
-            len(self.seeds)))
+        Xs, ys = zip(
+            *self.workers.map(
+                lambda s: self.tasks[s].sample(
+                    p.batch, self.train_gens[s], antithetic=self.antithetic, dtype=self.dtype, device=self.device
+                ),
+                len(self.seeds),
+            )
+        )
         return torch.stack(Xs), torch.stack(ys)
 
     def loss_and_grads(self, X, y):
@@ -142,13 +153,18 @@ class Trainer:
         half = X.shape[1] // 2 if self.antithetic else X.shape[1]
         if self.antithetic and not self._mirror_checked:
             if not (torch.equal(X[:, half:], -X[:, :half]) and torch.equal(y[:, half:], -y[:, :half])):
-                raise ValueError("pretrain.sampling: antithetic, but the task's batches are not [X, -X] "
-                                 "with labels [y, -y]; use sampling: iid for this task")
+                raise ValueError(
+                    "pretrain.sampling: antithetic, but the task's batches are not [X, -X] "
+                    "with labels [y, -y]; use sampling: iid for this task"
+                )
             self._mirror_checked = True
         W, v = self.params["layer0.W"], self.params["v"]
-        per_seed = self.workers.map(lambda s: fastpath.seed_loss_and_grads(
-            W[s], v[s], fastpath.batch_inner(X[s, :half]), y[s, :half], self.positions, self.scale, self.antithetic),
-            len(self.seeds))
+        per_seed = self.workers.map(
+            lambda s: fastpath.seed_loss_and_grads(
+                W[s], v[s], fastpath.batch_inner(X[s, :half]), y[s, :half], self.positions, self.scale, self.antithetic
+            ),
+            len(self.seeds),
+        )
         loss, gW, gv = (torch.stack(t) for t in zip(*per_seed))
         return loss, {"layer0.W": gW, "v": gv}
 
@@ -174,14 +190,17 @@ class Trainer:
         if getattr(self, "_eval_features", None) is None:
             d, N = self.spec.task.d, self.Z_eval.shape[1]
             X = self.Z_eval[..., :d]
-            mirrored = N % 2 == 0 and torch.equal(X[:, N // 2:], -X[:, :N // 2])
+            mirrored = N % 2 == 0 and torch.equal(X[:, N // 2 :], -X[:, : N // 2])
             self._eval_mirrored = mirrored
-            self._eval_features = [fastpath.batch_inner(X[s, :N // 2] if mirrored else X[s]) for s in range(len(X))]
+            self._eval_features = [fastpath.batch_inner(X[s, : N // 2] if mirrored else X[s]) for s in range(len(X))]
         W, v = self.params["layer0.W"], self.params["v"]
+
         def one(s):
-            f, attn = fastpath.seed_forward(W[s], v[s], self._eval_features[s], self.positions, self.scale,
-                                            self._eval_mirrored)
-            return f.reshape(-1), attn.mean(dim=(0, 3))                     # halves in sample order
+            f, attn = fastpath.seed_forward(
+                W[s], v[s], self._eval_features[s], self.positions, self.scale, self._eval_mirrored
+            )
+            return f.reshape(-1), attn.mean(dim=(0, 3))  # halves in sample order
+
         fs, means = zip(*self.workers.map(one, len(self.seeds)))
         return torch.stack(fs), torch.stack(means)
 
@@ -211,13 +230,20 @@ class Trainer:
         for i, seed in enumerate(self.seeds):
             if not bool(active[i]):
                 continue
-            rows.append({
-                "seed": seed, "step": step, "train_loss": float(train_loss[i]), "eval_loss": float(eval_loss[i]),
-                "eval_accuracy": float(acc[i]), "attention_on_relevant": float(mass[i]),
-                "cos_v1_vstar": float(cos[i]), "v1_norm": float(v1[i].norm()),
-                "v2_norm": float(v2[i].norm()) if concat else float("nan"),
-                **{k: float(t[i]) for k, t in blocks.items()},
-            })
+            rows.append(
+                {
+                    "seed": seed,
+                    "step": step,
+                    "train_loss": float(train_loss[i]),
+                    "eval_loss": float(eval_loss[i]),
+                    "eval_accuracy": float(acc[i]),
+                    "attention_on_relevant": float(mass[i]),
+                    "cos_v1_vstar": float(cos[i]),
+                    "v1_norm": float(v1[i].norm()),
+                    "v2_norm": float(v2[i].norm()) if concat else float("nan"),
+                    **{k: float(t[i]) for k, t in blocks.items()},
+                }
+            )
         return rows
 
     @torch.no_grad()
@@ -231,8 +257,9 @@ class Trainer:
                 continue
             for key in range(D):
                 for query in range(D):
-                    rows.append({"seed": seed, "step": step, "key": key, "query": query,
-                                 "mass": float(mean[i, key, query])})
+                    rows.append(
+                        {"seed": seed, "step": step, "key": key, "query": query, "mass": float(mean[i, key, query])}
+                    )
         return rows
 
     # -- resume ---------------------------------------------------------------------
@@ -242,10 +269,18 @@ class Trainer:
         tensors = {f"param.{k}": t for k, t in self.params.items()}
         tensors |= {f"gen.{i}": g.get_state() for i, g in enumerate(self.train_gens)}
         # the checkpoint's JSON sorts keys: keep the rows' column order beside them
-        meta = {"science_hash": self.spec.science_hash(), "seeds": self.seeds, "step": step, "rows": rows,
-                "row_columns": list(rows[0]) if rows else [],
-                "attention_rows": att_rows, "status": status, "diverged_step": diverged_step,
-                "last_finite_loss": last_finite, "initial_loss": initial_loss}
+        meta = {
+            "science_hash": self.spec.science_hash(),
+            "seeds": self.seeds,
+            "step": step,
+            "rows": rows,
+            "row_columns": list(rows[0]) if rows else [],
+            "attention_rows": att_rows,
+            "status": status,
+            "diverged_step": diverged_step,
+            "last_finite_loss": last_finite,
+            "initial_loss": initial_loss,
+        }
         io.save_checkpoint(self.resume_path, tensors, meta)
 
     def _load_resume(self):
@@ -287,7 +322,8 @@ class Trainer:
             X, y = self.batch()
             loss, grads = self.loss_and_grads(X, y)
             finite = torch.isfinite(loss) & torch.stack(
-                [torch.isfinite(g).flatten(1).all(1) for g in grads.values()]).all(0)
+                [torch.isfinite(g).flatten(1).all(1) for g in grads.values()]
+            ).all(0)
             if initial_loss is None:
                 initial_loss = [float(x) for x in loss]
             blown = loss.detach().cpu().double() > DIVERGE_FACTOR * torch.tensor(initial_loss, dtype=torch.float64)
@@ -324,8 +360,16 @@ class Trainer:
         attn_df.insert(0, "run", self.spec.run)
         attn_df.insert(1, "task_name", self.spec.task_name)
         attn_df["j_star"] = attn_df["seed"].map(js).astype("int64")
-        return PretrainResult(self.params, self.tasks, traj, attn_df, status, diverged_step,
-                              resumed_from_step=resumed_from, wall_seconds=time.perf_counter() - t0)
+        return PretrainResult(
+            self.params,
+            self.tasks,
+            traj,
+            attn_df,
+            status,
+            diverged_step,
+            resumed_from_step=resumed_from,
+            wall_seconds=time.perf_counter() - t0,
+        )
 
 
 def checkpoint_payload(spec: RunSpec, res: PretrainResult, seeds: list[int]):
@@ -334,6 +378,12 @@ def checkpoint_payload(spec: RunSpec, res: PretrainResult, seeds: list[int]):
     tensors["task.relevant"] = torch.stack([t.relevant for t in res.tasks])
     if all(hasattr(t, "directions") for t in res.tasks):  # image tasks have none
         tensors["task.directions"] = torch.stack([t.directions for t in res.tasks])
-    meta = {"kind": "groupsparse.pretrain", "spec": spec.to_dict(), "science_hash": spec.science_hash(),
-            "seeds": seeds, "status": res.status, "diverged_step": res.diverged_step}
+    meta = {
+        "kind": "groupsparse.pretrain",
+        "spec": spec.to_dict(),
+        "science_hash": spec.science_hash(),
+        "seeds": seeds,
+        "status": res.status,
+        "diverged_step": res.diverged_step,
+    }
     return tensors, meta

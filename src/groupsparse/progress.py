@@ -12,8 +12,10 @@ import re
 import sys
 import time
 
-PATTERN = re.compile(r"^progress: (?P<done>\d+)/(?P<total>\d+) (?P<unit>\S+) \((?P<percent>\d+)%\), "
-                     r"(?P<elapsed>\S+) elapsed(?:, about (?P<left>\S+) left)?")
+PATTERN = re.compile(
+    r"^progress: (?P<done>\d+)/(?P<total>\d+) (?P<unit>\S+) \((?P<percent>\d+)%\), "
+    r"(?P<elapsed>\S+) elapsed(?:, about (?P<left>\S+) left)?"
+)
 
 
 def duration(seconds: float) -> str:
@@ -37,8 +39,7 @@ class Progress:
 
     def line(self, done: int) -> str:
         elapsed = self.clock() - self.start
-        text = (f"progress: {done}/{self.total} {self.unit} ({100 * done // self.total}%), "
-                f"{duration(elapsed)} elapsed")
+        text = f"progress: {done}/{self.total} {self.unit} ({100 * done // self.total}%), {duration(elapsed)} elapsed"
         if 0 < done < self.total:
             text += f", about {duration(elapsed / done * (self.total - done))} left"
         return text

@@ -12,12 +12,39 @@ from pathlib import Path
 from .io import InputError
 
 REQUIRED_COLUMNS = {
-    "trajectory": ("run", "task_name", "d", "D", "seed", "j_star", "step", "train_loss", "eval_loss",
-                   "eval_accuracy", "attention_on_relevant", "cos_v1_vstar", "v1_norm", "v2_norm", "status",
-                   "diverged_step"),
+    "trajectory": (
+        "run",
+        "task_name",
+        "d",
+        "D",
+        "seed",
+        "j_star",
+        "step",
+        "train_loss",
+        "eval_loss",
+        "eval_accuracy",
+        "attention_on_relevant",
+        "cos_v1_vstar",
+        "v1_norm",
+        "v2_norm",
+        "status",
+        "diverged_step",
+    ),
     "attention": ("run", "task_name", "seed", "step", "key", "query", "mass", "j_star"),
-    "transfer": ("run", "task_name", "d", "D", "downstream", "seed", "method", "n", "test_accuracy",
-                 "test_loss", "train_accuracy", "status"),
+    "transfer": (
+        "run",
+        "task_name",
+        "d",
+        "D",
+        "downstream",
+        "seed",
+        "method",
+        "n",
+        "test_accuracy",
+        "test_loss",
+        "train_accuracy",
+        "status",
+    ),
 }
 
 
@@ -32,12 +59,15 @@ def check_table(path, kind: str) -> None:
     try:
         names = set(pq.read_schema(path).names)
     except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise InputError(f"{path}: not a readable Parquet table ({type(exc).__name__}); delete it and rerun "
-                         "the job that makes it") from None
+        raise InputError(
+            f"{path}: not a readable Parquet table ({type(exc).__name__}); delete it and rerun the job that makes it"
+        ) from None
     missing = [c for c in REQUIRED_COLUMNS[kind] if c not in names]
     if missing:
-        raise InputError(f"{path}: not a {kind} table of this study (missing columns {', '.join(missing[:5])}"
-                         f"{' ...' if len(missing) > 5 else ''}); delete it and rerun the job that makes it")
+        raise InputError(
+            f"{path}: not a {kind} table of this study (missing columns {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''}); delete it and rerun the job that makes it"
+        )
 
 
 def check_columns(df, kind: str, path) -> None:

@@ -22,8 +22,9 @@ from groupsparse import preflight
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 TINY = yaml.safe_load((REPO / "configs/tiny.yaml").read_text())
-PROFILE = settings(max_examples=60, deadline=None, database=None, derandomize=True,
-                   suppress_health_check=list(HealthCheck))
+PROFILE = settings(
+    max_examples=60, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 
 
 def plan_or_refuse(cfg: dict, results: str) -> tuple[str, str]:
@@ -59,8 +60,28 @@ def _set(cfg, path, value):
 
 
 BAD_VALUES = st.one_of(
-    st.sampled_from([math.inf, -math.inf, math.nan, 2.0, 500.0, 1e300, -1, 0, 10**12, True, None, "", "x",
-                     "no_such_name", [], {}, [1, 2], {"a": 1}]),
+    st.sampled_from(
+        [
+            math.inf,
+            -math.inf,
+            math.nan,
+            2.0,
+            500.0,
+            1e300,
+            -1,
+            0,
+            10**12,
+            True,
+            None,
+            "",
+            "x",
+            "no_such_name",
+            [],
+            {},
+            [1, 2],
+            {"a": 1},
+        ]
+    ),
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(min_value=-(10**15), max_value=10**15),
     st.text(max_size=12),
@@ -69,16 +90,22 @@ BAD_VALUES = st.one_of(
 
 def _live_config() -> dict:
     cfg = copy.deepcopy(TINY)
-    cfg["scaling"] = {"enabled": True, "task": {"d": 3}, "d_grid": [3], "D_grid": [3, 4],
-                      "pretrain": {"seeds": 1, "steps": 20, "batch": 64, "eval_size": 64},
-                      "transfer": {"enabled": True, "sizes": [8, 16], "methods": ["logreg"],
-                                   "method_groups": {"s": ["logreg"]}},
-                      "analysis": {"methods": ["logreg"], "near_one": 0.9, "n_boot": 200}}
-    cfg["ablations"] = {"enabled": True, "pretrain": {"seeds": 1, "steps": 20, "batch": 64, "eval_size": 64},
-                        "transfer": {"enabled": True, "sizes": [8], "methods": ["logreg"],
-                                     "method_groups": {"a": ["logreg"]}},
-                        "variants": {"noisy": {"task": {"label_noise": 0.1}}},
-                        "analysis": {"baseline": "ablation_none", "sizes": [8]}}
+    cfg["scaling"] = {
+        "enabled": True,
+        "task": {"d": 3},
+        "d_grid": [3],
+        "D_grid": [3, 4],
+        "pretrain": {"seeds": 1, "steps": 20, "batch": 64, "eval_size": 64},
+        "transfer": {"enabled": True, "sizes": [8, 16], "methods": ["logreg"], "method_groups": {"s": ["logreg"]}},
+        "analysis": {"methods": ["logreg"], "near_one": 0.9, "n_boot": 200},
+    }
+    cfg["ablations"] = {
+        "enabled": True,
+        "pretrain": {"seeds": 1, "steps": 20, "batch": 64, "eval_size": 64},
+        "transfer": {"enabled": True, "sizes": [8], "methods": ["logreg"], "method_groups": {"a": ["logreg"]}},
+        "variants": {"noisy": {"task": {"label_noise": 0.1}}},
+        "analysis": {"baseline": "ablation_none", "sizes": [8]},
+    }
     return cfg
 
 
@@ -121,23 +148,34 @@ def test_sections_generated_from_the_schema_are_refused_or_planned(section, tmp_
     check()
 
 
-@pytest.mark.parametrize("mutate,key", [
-    (lambda c: c["pretrain"].__setitem__("seeds", 2.0), "pretrain.seeds"),
-    (lambda c: c.setdefault("jobs", {}).__setitem__("pretrain_resume_every", 500.0), "jobs.pretrain_resume_every"),
-    (lambda c: c["scaling"]["analysis"].__setitem__("n_boot", 2000.0), "scaling.analysis.n_boot"),
-    (lambda c: c["scaling"]["analysis"].__setitem__("near_one", math.nan), "scaling.analysis.near_one"),
-    (lambda c: c["tasks"]["base"]["task"].__setitem__("sigma_x", math.inf), "tasks.base.task.sigma_x"),
-    (lambda c: c["ablations"]["variants"].__setitem__("heavy", {"task": {"features": "student_t",
-                                                                         "student_dof": math.inf}}),
-     "ablations.variants.heavy.task.student_dof"),
-    (lambda c: c["transfer"]["method_groups"].__setitem__("extra", ["no_such_method"]),
-     "transfer.method_groups.extra"),
-    (lambda c: c["ablations"]["analysis"].__setitem__("baseline", "ablation_nothing"), "ablations.analysis.baseline"),
-    (lambda c: c["scaling"]["analysis"].__setitem__("methods", ["mlp"]), "scaling.analysis.methods[0]"),
-    (lambda c: c["ablations"]["analysis"].__setitem__("sizes", [9]), "ablations.analysis.sizes[0]"),
-    (lambda c: c["tasks"]["base"]["task"].__setitem__("D", 100000), "task.D = 100000"),  # ~90 TB: the cost model
-    (lambda c: c["transfer"].__setitem__("test_size", 10**9), "transfer.test_size = 1000000000"),
-])
+@pytest.mark.parametrize(
+    "mutate,key",
+    [
+        (lambda c: c["pretrain"].__setitem__("seeds", 2.0), "pretrain.seeds"),
+        (lambda c: c.setdefault("jobs", {}).__setitem__("pretrain_resume_every", 500.0), "jobs.pretrain_resume_every"),
+        (lambda c: c["scaling"]["analysis"].__setitem__("n_boot", 2000.0), "scaling.analysis.n_boot"),
+        (lambda c: c["scaling"]["analysis"].__setitem__("near_one", math.nan), "scaling.analysis.near_one"),
+        (lambda c: c["tasks"]["base"]["task"].__setitem__("sigma_x", math.inf), "tasks.base.task.sigma_x"),
+        (
+            lambda c: c["ablations"]["variants"].__setitem__(
+                "heavy", {"task": {"features": "student_t", "student_dof": math.inf}}
+            ),
+            "ablations.variants.heavy.task.student_dof",
+        ),
+        (
+            lambda c: c["transfer"]["method_groups"].__setitem__("extra", ["no_such_method"]),
+            "transfer.method_groups.extra",
+        ),
+        (
+            lambda c: c["ablations"]["analysis"].__setitem__("baseline", "ablation_nothing"),
+            "ablations.analysis.baseline",
+        ),
+        (lambda c: c["scaling"]["analysis"].__setitem__("methods", ["mlp"]), "scaling.analysis.methods[0]"),
+        (lambda c: c["ablations"]["analysis"].__setitem__("sizes", [9]), "ablations.analysis.sizes[0]"),
+        (lambda c: c["tasks"]["base"]["task"].__setitem__("D", 100000), "task.D = 100000"),  # ~90 TB: the cost model
+        (lambda c: c["transfer"].__setitem__("test_size", 10**9), "transfer.test_size = 1000000000"),
+    ],
+)
 def test_the_audits_examples_are_refused_naming_the_key(mutate, key, tmp_path):
     cfg = copy.deepcopy(LIVE)
     mutate(cfg)

@@ -36,13 +36,17 @@ def base_config() -> dict:
     cfg["transfer"]["hyperparameters"] = {"logreg": {"C": 1.0}}
     cfg["transfer"]["grids"] = {"logreg": {"C": [0.1, 1.0]}}
     cfg["scaling"] = {
-        "enabled": True, "task": {"d": 3}, "d_grid": [3], "D_grid": [3],
+        "enabled": True,
+        "task": {"d": 3},
+        "d_grid": [3],
+        "D_grid": [3],
         "pretrain": {"seeds": 1, "seeds_per_job": 1, "steps": 20, "batch": 64, "eval_size": 64},
         "transfer": {"enabled": True, "sizes": [8], "methods": ["logreg"], "method_groups": {"s": ["logreg"]}},
         "analysis": {"methods": ["logreg"], "downstream": ["transfer"]},
     }
     cfg["ablations"] = {
-        "enabled": True, "base_task": "base",
+        "enabled": True,
+        "base_task": "base",
         "pretrain": {"seeds": 1, "seeds_per_job": 1, "steps": 20, "batch": 64, "eval_size": 64},
         "transfer": {"enabled": True, "sizes": [8], "methods": ["logreg"], "method_groups": {"a": ["logreg"]}},
         "variants": {"v": {"task": {"features": "gaussian"}, "model": {"positions": "concat"}}},
@@ -140,8 +144,15 @@ def _names_key(message: str, named: str) -> bool:
 
 def test_the_schema_walk_finds_the_string_keys_we_know_of():
     labels = {_label(p, h) for p, h in PLACES}
-    for expected in ["ablations.analysis.baseline", "scaling.analysis.methods.0", "transfer.methods.0",
-                     "tasks (name)", "transfer.method_groups (name)", "tasks.*.task.path", "device"]:
+    for expected in [
+        "ablations.analysis.baseline",
+        "scaling.analysis.methods.0",
+        "transfer.methods.0",
+        "tasks (name)",
+        "transfer.method_groups (name)",
+        "tasks.*.task.path",
+        "device",
+    ]:
         assert expected in labels, sorted(labels)
     assert len(PLACES) >= 30
 
@@ -179,8 +190,13 @@ def test_accepted_shell_syntax_runs_without_executing(tmp_path):
         work = tmp_path / f"w{i}"
         work.mkdir()
         (work / "c.yaml").write_text(yaml.safe_dump(cfg))
-        subprocess.run(["snakemake", "-s", str(REPO / "Snakefile"), "--configfile", "c.yaml", "--cores", "2",
-                        "-d", str(work)], cwd=work, capture_output=True, text=True, timeout=600)
+        subprocess.run(
+            ["snakemake", "-s", str(REPO / "Snakefile"), "--configfile", "c.yaml", "--cores", "2", "-d", str(work)],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert not list(work.rglob(MARKER)), "a config string was executed by the shell"
 
 
@@ -190,8 +206,13 @@ def test_the_real_snakefile_refuses_before_any_job(key, tmp_path):
     path = tuple(int(k) if k.isdigit() else k for k in key.split("."))
     cfg, named = planted(path, "value", PAYLOADS["command substitution"])
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    res = subprocess.run(["snakemake", "-s", str(REPO / "Snakefile"), "--configfile", "c.yaml", "--cores", "1"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        ["snakemake", "-s", str(REPO / "Snakefile"), "--configfile", "c.yaml", "--cores", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode != 0
     line = next(x for x in (res.stdout + res.stderr).splitlines() if "invalid configuration" in x)
     assert _names_key(line, named), line

@@ -22,14 +22,16 @@ def test_progress_estimates_the_time_left_from_the_average_pace():
     clock, out = Clock(), stdio.StringIO()
     bar = Progress(100, "steps", every=5, stream=out, clock=clock)
     clock.t = 10.0
-    bar.update(25)          # 25 steps in 10 s: 75 left at that pace is 30 s
+    bar.update(25)  # 25 steps in 10 s: 75 left at that pace is 30 s
     clock.t = 11.0
-    bar.update(27)          # throttled: within 5 s of the last line
+    bar.update(27)  # throttled: within 5 s of the last line
     clock.t = 40.0
-    bar.update(100)         # the end is always printed
+    bar.update(100)  # the end is always printed
     lines = out.getvalue().splitlines()
-    assert lines == ["progress: 25/100 steps (25%), 10s elapsed, about 30s left",
-                     "progress: 100/100 steps (100%), 40s elapsed"]
+    assert lines == [
+        "progress: 25/100 steps (25%), 10s elapsed, about 30s left",
+        "progress: 100/100 steps (100%), 40s elapsed",
+    ]
     assert all(PATTERN.match(line) for line in lines)
 
 
@@ -50,8 +52,7 @@ def test_status_shows_running_failed_and_stalled_jobs_one_line_each(tmp_path, ca
     _job(results, "pretrain/base/seeds0-4", "progress: 3000/3000 steps (100%), 30s elapsed\n", benchmark=True)
     _job(results, "pretrain/big/seeds0-4", "x\nprogress: 1200/3000 steps (40%), 12s elapsed, about 18s left\n")
     _job(results, "transfer/base/seeds0-4/linear", "groupsparse transfer: bad input: ck.safetensors: truncated\n")
-    _job(results, "transfer/old/seeds0-4/linear", "progress: 1/9 fits (11%), 1s elapsed, about 8s left\n",
-         age=3600)
+    _job(results, "transfer/old/seeds0-4/linear", "progress: 1/9 fits (11%), 1s elapsed, about 8s left\n", age=3600)
     code = cli.main(["status", str(results)])
     out = capsys.readouterr().out.splitlines()
     assert code == 1  # a failed job

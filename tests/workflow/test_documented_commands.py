@@ -16,9 +16,15 @@ import pytest
 from groupsparse import cli
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [REPO / "README.md", REPO / "benchmarks/README.md", *sorted((REPO / "docs").glob("*.md")),
-        *sorted((REPO / "configs").glob("*.yaml")), REPO / "config.yaml",
-        *sorted((REPO / "workflow/profiles").glob("*/config.yaml")), REPO / ".ci/run"]
+DOCS = [
+    REPO / "README.md",
+    REPO / "benchmarks/README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "configs").glob("*.yaml")),
+    REPO / "config.yaml",
+    *sorted((REPO / "workflow/profiles").glob("*/config.yaml")),
+    REPO / ".ci/run",
+]
 
 
 def documented_commands() -> list[tuple[str, str]]:
@@ -56,8 +62,11 @@ def test_the_documentation_shows_both_tools():
     assert tools == {"snakemake", "groupsparse"} and len(COMMANDS) >= 10, COMMANDS
 
 
-@pytest.mark.parametrize("where,command", [c for c in COMMANDS if c[1].startswith("snakemake")],
-                         ids=[c[0] for c in COMMANDS if c[1].startswith("snakemake")])
+@pytest.mark.parametrize(
+    "where,command",
+    [c for c in COMMANDS if c[1].startswith("snakemake")],
+    ids=[c[0] for c in COMMANDS if c[1].startswith("snakemake")],
+)
 def test_documented_snakemake_commands_use_real_flags(where, command):
     words = shlex.split(command, comments=False)
     unknown = [w.split("=")[0] for w in words if w.startswith("--") and w.split("=")[0] not in snakemake_flags()]
@@ -65,11 +74,15 @@ def test_documented_snakemake_commands_use_real_flags(where, command):
     for i, word in enumerate(words[:-1]):
         if word == "--profile":
             assert not words[i + 1].startswith("workflow/profiles"), (
-                f"{where}: the workflow's own profile needs --workflow-profile, not --profile: {command!r}")
+                f"{where}: the workflow's own profile needs --workflow-profile, not --profile: {command!r}"
+            )
 
 
-@pytest.mark.parametrize("where,command", [c for c in COMMANDS if c[1].startswith("groupsparse")],
-                         ids=[c[0] for c in COMMANDS if c[1].startswith("groupsparse")])
+@pytest.mark.parametrize(
+    "where,command",
+    [c for c in COMMANDS if c[1].startswith("groupsparse")],
+    ids=[c[0] for c in COMMANDS if c[1].startswith("groupsparse")],
+)
 def test_documented_groupsparse_commands_parse(where, command):
     words = shlex.split(command)[1:]
     parser = cli.build_parser()

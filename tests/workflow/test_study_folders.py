@@ -32,15 +32,19 @@ def planned_outputs(workdir: Path, *configfiles: str) -> set[str]:
 
 
 def test_each_shipped_study_plans_only_inside_its_own_folder(tmp_path):
-    studies = {"default": [], "tiny": [str(REPO / "configs/tiny.yaml")], "paper": [str(REPO / "configs/paper.yaml")],
-               "scaling": [str(REPO / "configs/scaling.yaml")]}
+    studies = {
+        "default": [],
+        "tiny": [str(REPO / "configs/tiny.yaml")],
+        "paper": [str(REPO / "configs/paper.yaml")],
+        "scaling": [str(REPO / "configs/scaling.yaml")],
+    }
     planned = {name: planned_outputs(tmp_path / name, *files) for name, files in studies.items()}
     for name, outputs in planned.items():
         outside = sorted(p for p in outputs if not p.startswith(f"results/{name}/"))
         assert not outside, f"{name} writes outside results/{name}/: {outside[:5]}"
     names = list(planned)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not planned[a] & planned[b], f"{a} and {b} would write the same files"
 
 

@@ -22,6 +22,7 @@ def _concat(paths, kind):
 
     from .. import io
     from ..tables import check_columns
+
     frames = []
     for path in paths:
         frames.append(io.read_parquet(path))
@@ -61,7 +62,9 @@ def run(args) -> int:
     )
     out = Path(args.outdir)
     traj = (
-        _concat(args.trajectories, "trajectory").sort_values(["run", "seed", "step"], kind="stable").reset_index(drop=True)
+        _concat(args.trajectories, "trajectory")
+        .sort_values(["run", "seed", "step"], kind="stable")
+        .reset_index(drop=True)
     )
     prov = io.provenance(
         config_hash(study), study.get("device", "cpu"), study=study, run_specs=_run_specs(args.trajectories)

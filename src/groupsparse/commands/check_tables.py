@@ -17,8 +17,7 @@ def run(args) -> int:
     from ..tables import check_table
 
     checked = []
-    for kind, paths in (("trajectory", args.trajectories), ("attention", args.attention),
-                        ("transfer", args.transfer)):
+    for kind, paths in (("trajectory", args.trajectories), ("attention", args.attention), ("transfer", args.transfer)):
         for path in paths:
             check_table(path, kind)
             checked.append(path)

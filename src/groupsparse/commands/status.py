@@ -15,8 +15,9 @@ ERROR = re.compile(r"^(groupsparse [\w-]+: .*|Traceback \(most recent call last\
 
 def register(sub) -> None:
     p = sub.add_parser("status", help="what is running, how far it is and what failed, one line per job")
-    p.add_argument("results", nargs="?", default="results/default",
-                   help="the study's results folder (default: results/default)")
+    p.add_argument(
+        "results", nargs="?", default="results/default", help="the study's results folder (default: results/default)"
+    )
     p.add_argument("--all", action="store_true", help="also list finished jobs (default: only the others)")
     p.set_defaults(func=run)
 
@@ -28,11 +29,11 @@ def job_status(log: Path, benchmark: Path, now: float) -> tuple[str, str]:
     errors = [line for line in text if ERROR.match(line)]
     progress = [m for m in map(PATTERN.match, text) if m]
     if benchmark.is_file() and not errors:
-        return "done", progress[-1].group(0)[len("progress: "):] if progress else ""
+        return "done", progress[-1].group(0)[len("progress: ") :] if progress else ""
     if errors:
         return "failed", errors[-1][:160]
     age = now - log.stat().st_mtime
-    where = progress[-1].group(0)[len("progress: "):] if progress else "started"
+    where = progress[-1].group(0)[len("progress: ") :] if progress else "started"
     return ("running" if age < 600 else "stalled?"), f"{where} (log written {age:.0f} s ago)"
 
 
@@ -40,8 +41,8 @@ def run(args) -> int:
     results = Path(args.results)
     logs = results / "logs"
     if not logs.is_dir():
-        print(f"groupsparse status: {logs} does not exist: no job of this study has started "
-              f"(results folders here: {', '.join(sorted(p.name for p in results.parent.glob('*') if p.is_dir())) or 'none'})")
+        folders = ", ".join(sorted(p.name for p in results.parent.glob("*") if p.is_dir())) or "none"
+        print(f"groupsparse status: {logs} does not exist: no job of this study has started (results folders here: {folders})")
         return 1
     now = time.time()
     counts: dict[str, int] = {}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from ..model import embed, forward, init_params, loss_and_grads_closed_form, token_width
 from ..specs import RunSpec
-from .spec import DEFAULT_HYPERPARAMETERS, METHODS as METHOD_NAMES
+from .spec import DEFAULT_HYPERPARAMETERS
+from .spec import METHODS as METHOD_NAMES
 
 DEFAULT_GROUP_LASSO = DEFAULT_HYPERPARAMETERS["group_lasso"]
 
@@ -37,9 +38,9 @@ class Context:
 
 @dataclass
 class FitOutput:
-    outputs: list[torch.Tensor]                       # one (S, m) float64 tensor per eval set
+    outputs: list[torch.Tensor]  # one (S, m) float64 tensor per eval set
     errors: list[str | None] = field(default_factory=list)  # per seed: why it could not be fitted
-    extras: list[dict] = field(default_factory=list)        # per seed: data-dependent settings (recorded)
+    extras: list[dict] = field(default_factory=list)  # per seed: data-dependent settings (recorded)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Method:
 
 
 # -- the paper's transformer: online SGD (pretrained, frozen-W or from scratch) ----------
+
 
 def _paper_sgd(ctx: Context, X, y, evals, hp, gens, params, trainable: tuple[str, ...]) -> FitOutput:
     """``hp["passes"]`` passes of online SGD, one sample per step, step size ``hp["eta"]``.
@@ -71,7 +73,7 @@ def _paper_sgd(ctx: Context, X, y, evals, hp, gens, params, trainable: tuple[str
             perm = torch.stack([torch.randperm(n, generator=g) for g in gens]).to(ctx.device)
             Zp, yp = Z[rows, perm], yy[rows, perm]
         for t in range(n):
-            grads = _sgd_grads(params, Zp[:, t:t + 1], yp[:, t:t + 1], ms, closed_form, scale, trainable)
+            grads = _sgd_grads(params, Zp[:, t : t + 1], yp[:, t : t + 1], ms, closed_form, scale, trainable)
             for k in trainable:
                 params[k] = params[k] - hp["eta"] * grads[k]
     return FitOutput([_chunked(lambda E: forward(params, embed(E, ms), ms)[0], E, ctx) for E in evals])
@@ -114,6 +116,7 @@ def fit_scratch_transformer(ctx, X, y, evals, hp, gens, start=None) -> FitOutput
 
 
 # -- linear models on vec(X) ---------------------------------------------------------------
+
 
 def _flat(X: torch.Tensor) -> np.ndarray:
     """vec(X) per sample: (n, D*d), group j in columns j*d .. (j+1)*d - 1."""
@@ -196,7 +199,7 @@ def fit_group_lasso(ctx, X, y, evals, hp, gens, start=None) -> FitOutput:
             model.fit(np.ascontiguousarray(Xs), ys)
         coef, intercept = model.coef_.ravel().copy(), float(np.ravel(model.intercept_)[0])
         # skglm maps the labels to -1/+1 by sorted class; ours already are -1/+1 in that order
-        selected = int(sum(np.any(coef[g * d:(g + 1) * d] != 0) for g in range(D)))
+        selected = int(sum(np.any(coef[g * d : (g + 1) * d] != 0) for g in range(D)))
         return (lambda E: E @ coef + intercept), {"alpha": alpha, "groups_selected": selected}
 
     return _per_seed(fit_one, X, y, evals)
@@ -213,6 +216,7 @@ def warm_up_group_lasso(solvers: tuple[str, ...] = ("GroupProxNewton",)) -> None
 
 
 # -- torch nets on a seed axis, trained with AdamW ----------------------------------------
+
 
 def _linear(gens, fan_in: int, fan_out: int, ctx: Context, bias: bool = True):
     """Per-seed weights (S, fan_in, fan_out) and bias (S, fan_out), initialised as torch.nn.Linear."""
@@ -254,7 +258,7 @@ def _train_net(ctx, net, params: dict[str, torch.Tensor], X, y, evals, hp, gens)
     opt = torch.optim.AdamW(leaves.values(), lr=hp["lr"], weight_decay=hp["weight_decay"], fused=True)
     rows = torch.arange(S, device=ctx.device)[:, None]
     for t in range(steps):
-        idx = order[:, t * batch:(t + 1) * batch]
+        idx = order[:, t * batch : (t + 1) * batch]
         f = net(leaves, X[rows, idx])
         loss = F.softplus(-y[rows, idx] * f).mean(-1).sum()
         opt.zero_grad(set_to_none=True)
@@ -305,7 +309,7 @@ def encoder_layer(p: dict, prefix: str, x: torch.Tensor, heads: int) -> torch.Te
     a = F.layer_norm(x, (h,)) * p[f"{prefix}.ln1.w"][:, None, None] + p[f"{prefix}.ln1.b"][:, None, None]
     qkv = _apply(a, p[f"{prefix}.in.W"], p[f"{prefix}.in.b"]).reshape(S, B, T, 3, heads, h // heads)
     q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).reshape(3, S * B, heads, T, h // heads).unbind(0)
-    o = F.scaled_dot_product_attention(q, k, v)            # softmax(q k^T / sqrt(h/heads)) v
+    o = F.scaled_dot_product_attention(q, k, v)  # softmax(q k^T / sqrt(h/heads)) v
     o = o.reshape(S, B, heads, T, h // heads).permute(0, 1, 3, 2, 4).reshape(S, B, T, h)
     x = x + _apply(o, p[f"{prefix}.out.W"], p[f"{prefix}.out.b"])
     a = F.layer_norm(x, (h,)) * p[f"{prefix}.ln2.w"][:, None, None] + p[f"{prefix}.ln2.b"][:, None, None]
@@ -360,7 +364,7 @@ def _chunked(fn, E: torch.Tensor, ctx: Context) -> torch.Tensor:
     outs = []
     with torch.no_grad():
         for lo in range(0, E.shape[1], EVAL_CHUNK):
-            outs.append(fn(E[:, lo:lo + EVAL_CHUNK].to(ctx.device, ctx.dtype)).to("cpu", torch.float64))
+            outs.append(fn(E[:, lo : lo + EVAL_CHUNK].to(ctx.device, ctx.dtype)).to("cpu", torch.float64))
     return torch.cat(outs, dim=1) if outs else torch.zeros(E.shape[0], 0, dtype=torch.float64)
 
 

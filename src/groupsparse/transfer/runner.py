@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -24,14 +24,38 @@ from ..seeding import torch_generator
 from ..specs import RunSpec, config_hash
 from .methods import METHODS, Context, net_steps, warm_up_group_lasso
 from .spec import TransferSpec, check_grid
-from .tasks import Pretrained, check_checkpoint, draw, fit_identity, make_downstream_tasks, heldout_generator, \
-    train_generator
+from .tasks import (
+    Pretrained,
+    check_checkpoint,
+    draw,
+    fit_identity,
+    heldout_generator,
+    make_downstream_tasks,
+    train_generator,
+)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 STATUSES = ("ok", "diverged", "failed", "skipped_pretrain_diverged")
-COLUMNS = ["run", "task_name", "d", "D", "downstream", "seed", "j_star", "pretrain_j_star", "method", "n",
-           "test_accuracy", "test_loss", "train_accuracy", "train_loss", "fit_seconds", "status",
-           "hyperparameters", "cos_direction"]
+COLUMNS = [
+    "run",
+    "task_name",
+    "d",
+    "D",
+    "downstream",
+    "seed",
+    "j_star",
+    "pretrain_j_star",
+    "method",
+    "n",
+    "test_accuracy",
+    "test_loss",
+    "train_accuracy",
+    "train_loss",
+    "fit_seconds",
+    "status",
+    "hyperparameters",
+    "cos_direction",
+]
 
 
 @dataclass
@@ -48,9 +72,15 @@ def transfer_hash(run_spec: RunSpec, spec: TransferSpec) -> str:
     return config_hash({"run": run_spec.science_hash(), "transfer": spec.science_hash()})
 
 
-def run_transfer(run_spec: RunSpec, spec: TransferSpec, checkpoint: str | Path, methods: list[str],
-                 sizes: list[int], device: str = "cpu",
-                 progress: Callable[[str], None] | None = None) -> TransferResult:
+def run_transfer(
+    run_spec: RunSpec,
+    spec: TransferSpec,
+    checkpoint: str | Path,
+    methods: list[str],
+    sizes: list[int],
+    device: str = "cpu",
+    progress: Callable[[str], None] | None = None,
+) -> TransferResult:
     t0 = time.perf_counter()
     check_grid(list(methods), list(sizes), spec)
     tensors, meta = io.load_checkpoint(checkpoint)
@@ -64,8 +94,11 @@ def run_transfer(run_spec: RunSpec, spec: TransferSpec, checkpoint: str | Path, 
     compile_seconds = None
     if "group_lasso" in methods:
         tc = time.perf_counter()
-        solvers = {hp["solver"] for hp in [spec.method_hyperparameters("group_lasso")]
-                   + (spec.candidates("group_lasso") if spec.selection == "cv" else [])}
+        solvers = {
+            hp["solver"]
+            for hp in [spec.method_hyperparameters("group_lasso")]
+            + (spec.candidates("group_lasso") if spec.selection == "cv" else [])
+        }
         warm_up_group_lasso(tuple(sorted(solvers)))
         compile_seconds = time.perf_counter() - tc
         say(f"group_lasso: numba compilation {compile_seconds:.1f} s (excluded from fit_seconds)")
@@ -75,11 +108,16 @@ def run_transfer(run_spec: RunSpec, spec: TransferSpec, checkpoint: str | Path, 
     seconds: dict[str, float] = {m: 0.0 for m in methods}
     for downstream in spec.downstream:
         tasks = [t[downstream] for t in per_seed_tasks]
-        X_test, y_test = _stack([draw(t, spec.test_size, heldout_generator(run_spec, s, downstream), "test")
-                                 for s, t in zip(pre.seeds, tasks)])
+        X_test, y_test = _stack(
+            [
+                draw(t, spec.test_size, heldout_generator(run_spec, s, downstream), "test")
+                for s, t in zip(pre.seeds, tasks)
+            ]
+        )
         for n in sizes:
-            X, y = _stack([draw(t, n, train_generator(run_spec, s, downstream, n), "train")
-                           for s, t in zip(pre.seeds, tasks)])
+            X, y = _stack(
+                [draw(t, n, train_generator(run_spec, s, downstream, n), "train") for s, t in zip(pre.seeds, tasks)]
+            )
             for method in methods:
                 tm = time.perf_counter()
                 rows += _fit_method(ctx, spec, pre, tasks, downstream, method, n, X, y, X_test, y_test)
@@ -98,8 +136,9 @@ def _stack(pairs):
     return torch.stack(Xs), torch.stack(ys)
 
 
-def _fit_method(ctx: Context, spec: TransferSpec, pre: Pretrained, tasks, downstream: str, method: str, n: int,
-                X, y, X_test, y_test) -> list[dict]:
+def _fit_method(
+    ctx: Context, spec: TransferSpec, pre: Pretrained, tasks, downstream: str, method: str, n: int, X, y, X_test, y_test
+) -> list[dict]:
     entry = METHODS[method]
     run_spec = ctx.run_spec
     rows = []
@@ -110,18 +149,37 @@ def _fit_method(ctx: Context, spec: TransferSpec, pre: Pretrained, tasks, downst
         if hasattr(task, "directions") and hasattr(base, "directions"):
             cos = float((task.directions[0] * base.directions[0]).sum())
         # run, not only task_name: ablation runs share their base task's data (and task_name)
-        return {"run": run_spec.run, "task_name": run_spec.task_name, "d": run_spec.task.d, "D": run_spec.task.D,
-                "downstream": downstream,
-                "seed": pre.seeds[i], "j_star": task.j_star, "pretrain_j_star": base.j_star, "method": method, "n": n,
-                "cos_direction": cos, **values}
+        return {
+            "run": run_spec.run,
+            "task_name": run_spec.task_name,
+            "d": run_spec.task.d,
+            "D": run_spec.task.D,
+            "downstream": downstream,
+            "seed": pre.seeds[i],
+            "j_star": task.j_star,
+            "pretrain_j_star": base.j_star,
+            "method": method,
+            "n": n,
+            "cos_direction": cos,
+            **values,
+        }
 
     active = list(range(len(pre.seeds)))
     if entry.uses_pretrained:
         active = [i for i, st in enumerate(pre.status) if st == "ok"]
         for i in sorted(set(range(len(pre.seeds))) - set(active)):
-            rows.append(row(i, test_accuracy=math.nan, test_loss=math.nan, train_accuracy=math.nan,
-                            train_loss=math.nan, fit_seconds=math.nan, status="skipped_pretrain_diverged",
-                            hyperparameters=json.dumps({"skipped": "pretraining of this seed diverged"})))
+            rows.append(
+                row(
+                    i,
+                    test_accuracy=math.nan,
+                    test_loss=math.nan,
+                    train_accuracy=math.nan,
+                    train_loss=math.nan,
+                    fit_seconds=math.nan,
+                    status="skipped_pretrain_diverged",
+                    hyperparameters=json.dumps({"skipped": "pretraining of this seed diverged"}),
+                )
+            )
     if not active:
         return rows
     ids = [fit_identity(run_spec, pre.seeds[i], downstream, method, n) for i in active]
@@ -133,12 +191,19 @@ def _fit_method(ctx: Context, spec: TransferSpec, pre: Pretrained, tasks, downst
     select_seconds = time.perf_counter() - t0
 
     results: dict[int, tuple] = {}
-    for key, members in _groups(chosen).items():
+    for members in _groups(chosen).values():
         hp = chosen[members[0]]
         t1 = time.perf_counter()
         sub = {k: t[members] for k, t in start.items()} if start is not None else None
-        out = entry.fit(ctx, Xa[members], ya[members], [Xa[members], X_test[[active[j] for j in members]]], hp,
-                        [torch_generator(*ids[j]) for j in members], sub)
+        out = entry.fit(
+            ctx,
+            Xa[members],
+            ya[members],
+            [Xa[members], X_test[[active[j] for j in members]]],
+            hp,
+            [torch_generator(*ids[j]) for j in members],
+            sub,
+        )
         share = (time.perf_counter() - t1) / len(members)
         errors = out.errors or [None] * len(members)
         extras = out.extras or [{}] * len(members)
@@ -160,8 +225,15 @@ def _fit_method(ctx: Context, spec: TransferSpec, pre: Pretrained, tasks, downst
             status = "ok"
         if status != "ok":
             metrics = {k: math.nan for k in metrics}
-        rows.append(row(i, **metrics, fit_seconds=share + select_seconds / len(active), status=status,
-                        hyperparameters=json.dumps(hp_record, sort_keys=True)))
+        rows.append(
+            row(
+                i,
+                **metrics,
+                fit_seconds=share + select_seconds / len(active),
+                status=status,
+                hyperparameters=json.dumps(hp_record, sort_keys=True),
+            )
+        )
     return rows
 
 
@@ -172,8 +244,12 @@ def _metrics(f_train, y_train, f_test, y_test) -> dict:
     def loss(f, y):
         return float(F.softplus(-y * f).mean())
 
-    return {"test_accuracy": acc(f_test, y_test), "test_loss": loss(f_test, y_test),
-            "train_accuracy": acc(f_train, y_train), "train_loss": loss(f_train, y_train)}
+    return {
+        "test_accuracy": acc(f_test, y_test),
+        "test_loss": loss(f_test, y_test),
+        "train_accuracy": acc(f_train, y_train),
+        "train_loss": loss(f_train, y_train),
+    }
 
 
 def _groups(chosen: list[dict]) -> dict[str, list[int]]:
@@ -185,6 +261,7 @@ def _groups(chosen: list[dict]) -> dict[str, list[int]]:
 
 
 # -- the hyperparameter rule -------------------------------------------------------------
+
 
 def _select(ctx: Context, spec: TransferSpec, method: str, X, y, ids, start) -> tuple[list[dict], list[dict]]:
     """Per seed: the setting to fit with, and notes on how it was chosen.
@@ -204,14 +281,21 @@ def _select(ctx: Context, spec: TransferSpec, method: str, X, y, ids, start) -> 
     fold_of = torch.empty(S, n, dtype=torch.int64)
     fold_of.scatter_(1, perms, (torch.arange(n) % k).expand(S, n).contiguous())
     candidates = spec.candidates(method)
-    scores = torch.zeros(len(candidates), S, 2, dtype=torch.float64)   # (mean accuracy, -mean loss)
+    scores = torch.zeros(len(candidates), S, 2, dtype=torch.float64)  # (mean accuracy, -mean loss)
     rows = torch.arange(S)[:, None]
     for c, hp in enumerate(candidates):
         for fold in range(k):
             val = torch.stack([torch.nonzero(fold_of[s] == fold).squeeze(1) for s in range(S)])
             trn = torch.stack([torch.nonzero(fold_of[s] != fold).squeeze(1) for s in range(S)])
-            out = METHODS[method].fit(ctx, X[rows, trn], y[rows, trn], [X[rows, val]], hp,
-                                      [torch_generator(*i, "cv", fold) for i in ids], start)
+            out = METHODS[method].fit(
+                ctx,
+                X[rows, trn],
+                y[rows, trn],
+                [X[rows, val]],
+                hp,
+                [torch_generator(*i, "cv", fold) for i in ids],
+                start,
+            )
             f, yv = out.outputs[0], y[rows, val]
             acc = ((f > 0).to(torch.float64) * 2 - 1 == yv).to(torch.float64).mean(1)
             loss = F.softplus(-yv * f).mean(1)

@@ -60,31 +60,37 @@ DEFAULT_GRIDS: dict[str, dict[str, list]] = {
     "std_transformer": {"lr": [3e-4, 1e-3, 3e-3]},
 }
 
-_STRING_CHOICES = {"positions": ("learned", "sine"), "solver": ("GroupBCD", "GroupProxNewton"),
-                   "v_start": ("pretrained", "zero")}
+_STRING_CHOICES = {
+    "positions": ("learned", "sine"),
+    "solver": ("GroupBCD", "GroupProxNewton"),
+    "v_start": ("pretrained", "zero"),
+}
 _MAY_BE_ZERO = {"weight_decay"}
 
 
 @dataclass(frozen=True)
 class TransferSpec:
-    max_n: int = 65536                     # largest sample size a job accepts
-    test_size: int = 10000                 # fresh test samples per (task, seed), shared by all methods and n
-    downstream: tuple = DOWNSTREAM         # which downstream tasks to run
-    angle_deg: float | None = None         # None: v~* a fresh uniform unit vector; else at this angle to v*
-    sigma_x: float | None = None           # None: the pretraining task's sigma_x
-    selection: str = "fixed"               # hyperparameter rule: fixed (documented defaults) | cv
+    max_n: int = 65536  # largest sample size a job accepts
+    test_size: int = 10000  # fresh test samples per (task, seed), shared by all methods and n
+    downstream: tuple = DOWNSTREAM  # which downstream tasks to run
+    angle_deg: float | None = None  # None: v~* a fresh uniform unit vector; else at this angle to v*
+    sigma_x: float | None = None  # None: the pretraining task's sigma_x
+    selection: str = "fixed"  # hyperparameter rule: fixed (documented defaults) | cv
     cv_folds: int = 3
     hyperparameters: dict = field(default_factory=dict)  # method -> {key: value}, overrides the defaults
-    grids: dict = field(default_factory=dict)            # method -> {key: [values]}, replaces the cv grid
-    dtype: str = "float32"                 # torch methods (the checkpoint is cast to it)
+    grids: dict = field(default_factory=dict)  # method -> {key: [values]}, replaces the cv grid
+    dtype: str = "float32"  # torch methods (the checkpoint is cast to it)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None, where: str = "transfer") -> "TransferSpec":
+    def from_dict(cls, raw: dict[str, Any] | None, where: str = "transfer") -> TransferSpec:
         raw = dict(raw or {})
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(raw) - known)
-        _check(not unknown, f"{where}.{unknown[0]}" if unknown else where,
-               f"unknown key; allowed keys: {', '.join(sorted(known))}")
+        _check(
+            not unknown,
+            f"{where}.{unknown[0]}" if unknown else where,
+            f"unknown key; allowed keys: {', '.join(sorted(known))}",
+        )
         for key in ("max_n", "test_size", "cv_folds"):
             if key in raw:
                 _check(_is_int(raw[key]), f"{where}.{key}", f"must be an integer, got {raw[key]!r}")
@@ -94,16 +100,22 @@ class TransferSpec:
                 raw[key] = float(raw[key])
         if "downstream" in raw:
             value = raw["downstream"]
-            _check(isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
-                   f"{where}.downstream", f"must be a list of names from {', '.join(DOWNSTREAM)}, got {value!r}")
+            _check(
+                isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
+                f"{where}.downstream",
+                f"must be a list of names from {', '.join(DOWNSTREAM)}, got {value!r}",
+            )
             raw["downstream"] = tuple(value)
         for key in ("selection", "dtype"):
             if key in raw:
                 _check(isinstance(raw[key], str), f"{where}.{key}", f"must be a string, got {raw[key]!r}")
         for key in ("hyperparameters", "grids"):
             if key in raw:
-                _check(isinstance(raw[key], dict), f"{where}.{key}",
-                       f"must be a mapping method -> settings, got {raw[key]!r}")
+                _check(
+                    isinstance(raw[key], dict),
+                    f"{where}.{key}",
+                    f"must be a mapping method -> settings, got {raw[key]!r}",
+                )
                 raw[key] = copy.deepcopy(raw[key])
         spec = cls(**raw)
         spec.validate(where)
@@ -112,13 +124,19 @@ class TransferSpec:
     def validate(self, where: str = "transfer") -> None:
         _check(self.max_n >= 2, f"{where}.max_n", f"must be >= 2, got {self.max_n}")
         _check(self.test_size >= 2, f"{where}.test_size", f"must be >= 2, got {self.test_size}")
-        _check(len(self.downstream) >= 1 and len(set(self.downstream)) == len(self.downstream),
-               f"{where}.downstream", f"must list distinct names, got {list(self.downstream)}")
+        _check(
+            len(self.downstream) >= 1 and len(set(self.downstream)) == len(self.downstream),
+            f"{where}.downstream",
+            f"must list distinct names, got {list(self.downstream)}",
+        )
         for name in self.downstream:
             _choice(name, DOWNSTREAM, f"{where}.downstream")
         if self.angle_deg is not None:
-            _check(0.0 <= self.angle_deg <= 180.0, f"{where}.angle_deg",
-                   f"must be in [0, 180] degrees or null, got {self.angle_deg}")
+            _check(
+                0.0 <= self.angle_deg <= 180.0,
+                f"{where}.angle_deg",
+                f"must be in [0, 180] degrees or null, got {self.angle_deg}",
+            )
         if self.sigma_x is not None:
             _check(self.sigma_x > 0, f"{where}.sigma_x", f"must be > 0 or null, got {self.sigma_x}")
         _choice(self.selection, SELECTIONS, f"{where}.selection")
@@ -133,21 +151,32 @@ class TransferSpec:
         for method, grid in self.grids.items():
             key = f"{where}.grids.{method}"
             _check(method in METHODS, key, f"unknown method; allowed: {', '.join(METHODS)}")
-            _check(isinstance(grid, dict) and grid, key, f"must be a non-empty mapping setting -> [values], got {grid!r}")
+            _check(
+                isinstance(grid, dict) and grid, key, f"must be a non-empty mapping setting -> [values], got {grid!r}"
+            )
             for name, values in grid.items():
-                _check(isinstance(values, list) and values, f"{key}.{name}",
-                       f"must be a non-empty list of values, got {values!r}")
+                _check(
+                    isinstance(values, list) and values,
+                    f"{key}.{name}",
+                    f"must be a non-empty list of values, got {values!r}",
+                )
                 for value in values:
                     _check_value(method, name, value, f"{key}.{name}")
         for method in METHODS:
             hp = self.method_hyperparameters(method)
             if method == "std_transformer":
                 for width, heads in itertools.product(*(self.grid_values(method, k) for k in ("width", "heads"))):
-                    _check(width % heads == 0, f"{where}.hyperparameters.std_transformer.heads",
-                           f"must divide width, got width {width}, heads {heads}")
+                    _check(
+                        width % heads == 0,
+                        f"{where}.hyperparameters.std_transformer.heads",
+                        f"must divide width, got width {width}, heads {heads}",
+                    )
             if "min_steps" in hp:
-                _check(hp["min_steps"] <= hp["max_steps"], f"{where}.hyperparameters.{method}.min_steps",
-                       f"must be <= max_steps ({hp['max_steps']}), got {hp['min_steps']}")
+                _check(
+                    hp["min_steps"] <= hp["max_steps"],
+                    f"{where}.hyperparameters.{method}.min_steps",
+                    f"must be <= max_steps ({hp['max_steps']}), got {hp['min_steps']}",
+                )
 
     def method_hyperparameters(self, method: str) -> dict[str, Any]:
         """The fixed-rule settings of ``method``: the defaults with this spec's overrides."""

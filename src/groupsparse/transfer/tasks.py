@@ -16,8 +16,7 @@ import torch
 from .. import data
 from ..io import InputError
 from ..model import token_width
-from ..seeding import task_identity
-from ..seeding import torch_generator
+from ..seeding import task_identity, torch_generator
 from ..specs import ConfigError, RunSpec
 from .spec import TransferSpec
 
@@ -75,7 +74,8 @@ def make_downstream_tasks(run_spec: RunSpec, seed: int, spec: TransferSpec, base
         relevant[0] = j_new
         if isinstance(transfer, data.GroupSparseTask):
             tasks["negative_control"] = data.GroupSparseTask(
-                dataclasses.replace(transfer.spec, j_star=j_new), relevant, transfer.directions)
+                dataclasses.replace(transfer.spec, j_star=j_new), relevant, transfer.directions
+            )
         else:
             tasks["negative_control"] = dataclasses.replace(transfer, relevant=relevant)
     return {name: tasks[name] for name in spec.downstream}
@@ -97,9 +97,12 @@ def _synthetic_transfer(run_spec: RunSpec, seed: int, spec: TransferSpec, base: 
 def _image_transfer(run_spec: RunSpec, seed: int, spec: TransferSpec):
     for key in ("angle_deg", "sigma_x"):
         if getattr(spec, key) is not None:
-            raise ConfigError(f"transfer.{key}: applies to synthetic tasks only; the task is an image task "
-                              "(its downstream task is task.transfer_classes); set it to null")
+            raise ConfigError(
+                f"transfer.{key}: applies to synthetic tasks only; the task is an image task "
+                "(its downstream task is task.transfer_classes); set it to null"
+            )
     from ..images import image_downstream_task
+
     return image_downstream_task(run_spec, seed)
 
 
@@ -107,20 +110,23 @@ def _moved_j_star(run_spec: RunSpec, seed: int, relevant: torch.Tensor) -> int:
     D = run_spec.task.D
     others = [j for j in range(D) if j not in set(relevant.tolist())]
     if not others:
-        raise ConfigError(f"transfer.downstream: negative_control moves j* to a group outside the relevant set, "
-                          f"but all D={D} groups are relevant; drop negative_control or lower task.relevant_groups")
+        raise ConfigError(
+            f"transfer.downstream: negative_control moves j* to a group outside the relevant set, "
+            f"but all D={D} groups are relevant; drop negative_control or lower task.relevant_groups"
+        )
     gen = torch_generator(*downstream_identity(run_spec, seed, "negative_control"), "j_star")
     return others[int(torch.randint(len(others), (1,), generator=gen))]
 
 
 # -- the checkpoint ----------------------------------------------------------------------
 
+
 @dataclass
 class Pretrained:
     seeds: list[int]
-    status: list[str]                  # per seed: "ok" | "diverged"
-    params: dict[str, torch.Tensor]    # leading seed axis, as stored
-    tasks: list                        # rebuilt pretraining tasks, checked against the stored j*
+    status: list[str]  # per seed: "ok" | "diverged"
+    params: dict[str, torch.Tensor]  # leading seed axis, as stored
+    tasks: list  # rebuilt pretraining tasks, checked against the stored j*
 
 
 def check_checkpoint(run_spec: RunSpec, tensors: dict, meta: dict, path: str | Path) -> Pretrained:
@@ -131,25 +137,33 @@ def check_checkpoint(run_spec: RunSpec, tensors: dict, meta: dict, path: str | P
     for key in ("d", "D"):
         want = getattr(run_spec.task, key)
         if stored.get(key) != want:
-            raise InputError(f"{path}: checkpoint has task.{key} = {stored.get(key)}, but the run spec has "
-                             f"task.{key} = {want}; pass the checkpoint pretrained with this spec")
+            raise InputError(
+                f"{path}: checkpoint has task.{key} = {stored.get(key)}, but the run spec has "
+                f"task.{key} = {want}; pass the checkpoint pretrained with this spec"
+            )
     seeds = list(meta.get("seeds", []))
     status = list(meta.get("status", ["ok"] * len(seeds)))
-    params = {k[len("param."):]: t for k, t in tensors.items() if k.startswith("param.")}
+    params = {k[len("param.") :]: t for k, t in tensors.items() if k.startswith("param.")}
     m = token_width(run_spec.model, run_spec.task.d, run_spec.task.D)
     if "v" not in params or tuple(params["v"].shape) != (len(seeds), m):
         shape = tuple(params["v"].shape) if "v" in params else None
-        raise InputError(f"{path}: parameter v has shape {shape}, expected ({len(seeds)} seeds, width {m}) "
-                         "for this run spec's model and task")
+        raise InputError(
+            f"{path}: parameter v has shape {shape}, expected ({len(seeds)} seeds, width {m}) "
+            "for this run spec's model and task"
+        )
     relevant = tensors.get("task.relevant")
     if relevant is None or relevant.shape[0] != len(seeds):
         raise InputError(f"{path}: task.relevant missing or not one row per seed")
     tasks = [pretrain_task(run_spec, s) for s in seeds]
     for seed, task, row in zip(seeds, tasks, relevant):
         if task.relevant.tolist() != row.tolist():
-            raise InputError(f"{path}: seed {seed}: checkpoint has j* = {int(row[0])} (relevant {row.tolist()}), "
-                             f"but the run spec's task gives j* = {task.j_star} (relevant {task.relevant.tolist()})")
+            raise InputError(
+                f"{path}: seed {seed}: checkpoint has j* = {int(row[0])} (relevant {row.tolist()}), "
+                f"but the run spec's task gives j* = {task.j_star} (relevant {task.relevant.tolist()})"
+            )
     if meta.get("science_hash") != run_spec.science_hash():
-        raise InputError(f"{path}: checkpoint science_hash {meta.get('science_hash')} does not match the run spec's "
-                         f"{run_spec.science_hash()}: it was pretrained with another configuration")
+        raise InputError(
+            f"{path}: checkpoint science_hash {meta.get('science_hash')} does not match the run spec's "
+            f"{run_spec.science_hash()}: it was pretrained with another configuration"
+        )
     return Pretrained(seeds, status, params, tasks)

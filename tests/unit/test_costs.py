@@ -20,10 +20,10 @@ import yaml
 from groupsparse import costs
 from groupsparse.study import expand
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "benchmarks" / "costs"
-TIME_FACTOR = 2.0          # job CPU time: predicted / measured in [1/2, 2]
-MEM_TOLERANCE = 0.25       # job memory: |predicted / measured - 1| <= 25 %
+TIME_FACTOR = 2.0  # job CPU time: predicted / measured in [1/2, 2]
+MEM_TOLERANCE = 0.25  # job memory: |predicted / measured - 1| <= 25 %
 # Single (downstream, n, method) lines of >= 0.2 s scatter more than jobs (lbfgs's iteration
 # count depends on the sample; the lines are wall-clock times rescaled by their job's CPU/wall
 # ratio on a loaded machine): at least 98 % within a factor 3, all within a factor 5 (measured:
@@ -107,9 +107,11 @@ def test_gpu_figures_are_labelled_estimates():
 
 
 def test_import_is_torch_and_numpy_free():
-    code = ("import sys; import groupsparse.costs as c; c.coefficients(); "
-            "bad = [m for m in ('torch', 'numpy', 'sklearn', 'scipy') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys; import groupsparse.costs as c; c.coefficients(); "
+        "bad = [m for m in ('torch', 'numpy', 'sklearn', 'scipy') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
 
@@ -125,7 +127,9 @@ def test_torch_free_copies_agree_with_the_real_code():
     for method, grid in DEFAULT_GRIDS.items():
         assert math.prod(len(v) for v in grid.values()) == costs.DEFAULT_GRID_SIZE[method]
     for steps, every, att in [(60, 20, 3), (3000, 50, 6), (40000, 100, 6), (100, 100, 8), (1, 1, 1)]:
-        assert costs.record_count(steps, every, att) == len(record_steps(steps, every)) + len(attention_steps(steps, att))
+        assert costs.record_count(steps, every, att) == len(record_steps(steps, every)) + len(
+            attention_steps(steps, att)
+        )
     for n in (2, 8, 64, 100, 4096, 65536):
         assert costs._net_steps(n, costs.DEFAULT_FIT["mlp"]) == net_steps(n, DEFAULT_HYPERPARAMETERS["mlp"])
 
@@ -146,7 +150,9 @@ def test_a_huge_D_is_refused_naming_the_key():
     assert problems and problems[0].startswith("tasks.base:") and "task.D = 100000" in problems[0]
 
 
-@pytest.mark.parametrize("configfile", ["config.yaml", "configs/tiny.yaml", "configs/paper.yaml", "configs/scaling.yaml"])
+@pytest.mark.parametrize(
+    "configfile", ["config.yaml", "configs/tiny.yaml", "configs/paper.yaml", "configs/scaling.yaml"]
+)
 def test_shipped_configs_fit_under_the_default_limit(configfile):
     config = yaml.safe_load((REPO / configfile).read_text())
     assert costs.check_memory(expand(config)) == []
@@ -160,9 +166,21 @@ def test_declared_memory_is_checked():
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_estimate_command(device):
-    out = subprocess.run([sys.executable, "-m", "groupsparse.cli", "estimate", "--configfile",
-                          str(REPO / "configs" / "tiny.yaml"), "--device", device],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "groupsparse.cli",
+            "estimate",
+            "--configfile",
+            str(REPO / "configs" / "tiny.yaml"),
+            "--device",
+            device,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "pretrain" in out.stdout and "CPU-hours" in out.stdout
     assert (costs.GPU_NOTE in out.stdout) == (device == "cuda")
