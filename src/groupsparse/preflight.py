@@ -6,15 +6,13 @@ instead of a JSON-schema dump or a traceback from a job half an hour in.
 
 from __future__ import annotations
 
-import copy
-import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-# What an error message may quote of a bad value: a YAML alias bomb must not be printed whole.
-MAX_SHOWN = 120
+from .schema import fill_defaults, one_line, schema_problem, shown
+
 # Nodes a config may hold once YAML aliases are expanded (the default study has about 400).
 MAX_CONFIG_NODES = 100_000
 
@@ -23,102 +21,6 @@ MAX_CONFIG_NODES = 100_000
 CIFAR_FOLDER = "cifar-10-batches-py"
 CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
 CIFAR_FILES = ("batches.meta",) + CIFAR_BATCHES
-
-
-def _key(path) -> str:
-    """jsonschema's path deque -> 'pretrain.steps' / 'transfer.sizes[1]' / "tasks['a b']"."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not str(part).isidentifier():  # a key a user could not read back as written
-            out += f"[{shown(part)}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out or "(top level)"
-
-
-def one_line(message: str, limit: int = 600) -> str:
-    """``message`` with control characters escaped and cut to ``limit``: a refusal is one line."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _allowed(schema: dict[str, Any]) -> str:
-    """What a (sub)schema accepts, in words: 'integer >= 1', 'one of a, b', 'keys: x, y'."""
-    if "enum" in schema:
-        return "one of " + ", ".join(map(str, schema["enum"]))
-    kinds = schema.get("type", "string" if "pattern" in schema else None)
-    words = [" or ".join(kinds) if isinstance(kinds, list) else str(kinds)] if kinds else []
-    bounds = [
-        f"{op} {schema[bound]}"
-        for bound, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
-        if bound in schema
-    ]
-    if bounds:
-        words.append(" and ".join(bounds))
-    if "minItems" in schema:
-        words.append(f"with at least {schema['minItems']} item(s)")
-    if "pattern" in schema:
-        words.append(f"matching {schema['pattern']}")
-    if schema.get("properties") and schema.get("additionalProperties") is False:
-        words.append("with keys " + ", ".join(sorted(schema["properties"])))
-    return " ".join(words) or "see workflow/schemas/config.schema.yaml"
-
-
-def shown(value: Any) -> str:
-    """repr(value), cut to MAX_SHOWN characters (one line, whatever the value holds)."""
-    text = repr(value)
-    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
-
-
-def strict_validator(schema: dict[str, Any]):
-    """A JSON-schema validator whose `integer` refuses 2.0 and whose `number` refuses inf and nan.
-
-    Draft 2020-12 counts 2.0 as an integer and has no notion of a finite number; both let values
-    through that later fail inside a job (`seeds: 2.0`, `sigma_x: .inf`, `near_one: .nan`)."""
-    import jsonschema
-
-    base = jsonschema.Draft202012Validator
-    checker = base.TYPE_CHECKER.redefine_many(
-        {
-            "integer": lambda _, x: isinstance(x, int) and not isinstance(x, bool),
-            "number": lambda _, x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x),
-        }
-    )
-    return jsonschema.validators.extend(base, type_checker=checker)(schema)
-
-
-def schema_problem(config: dict[str, Any], schema: dict[str, Any]) -> str | None:
-    """The most relevant JSON-schema violation as 'key: problem; allowed: ...', or None."""
-    import jsonschema
-
-    error = jsonschema.exceptions.best_match(strict_validator(schema).iter_errors(config))
-    if error is None:
-        return None
-    where, sub, kind = list(error.absolute_path), error.schema, error.validator
-    if kind == "additionalProperties":
-        unexpected = sorted(set(error.instance) - set(sub.get("properties", {})))
-        return (
-            f"{_key(where + unexpected[:1])}: unknown key; allowed keys: {', '.join(sorted(sub.get('properties', {})))}"
-        )
-    if kind == "required":
-        missing = [k for k in sub["required"] if k not in error.instance]
-        return f"{_key(where + missing[:1])}: required key is missing; required keys: {', '.join(sub['required'])}"
-    if kind == "propertyNames":
-        return f"{_key(where)}: bad name {shown(error.instance)}; allowed: names {_allowed(sub['propertyNames'])}"
-    if kind == "minProperties":
-        return f"{_key(where)}: needs at least {sub['minProperties']} entry"
-    if (
-        kind in ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-        and isinstance(error.instance, float)
-        and not math.isfinite(error.instance)
-    ):
-        return f"{_key(where)}: got {error.instance}; allowed: a finite {_allowed(sub)}"
-    return f"{_key(where)}: got {shown(error.instance)}; allowed: {_allowed(sub)}"
-
-
-# --- config files: read strictly, before their values are trusted ---------------------------
 
 
 def _strict_loader():
@@ -238,7 +140,7 @@ def results_problem(results: str | os.PathLike = "results") -> str | None:
     probe_dir = results.resolve()
     while not probe_dir.is_dir():  # the nearest folder that exists: results/<study> is made on demand
         if probe_dir.exists():
-            return f"{probe_dir}: a file stands where the results folder must go; move it away"
+            return f"{probe_dir}: the results folder is a file, not a folder; move it away"
         probe_dir = probe_dir.parent
     try:  # os.access says yes to root on a read-only or immutable folder; a real write does not lie
         with tempfile.TemporaryFile(dir=probe_dir, prefix=".groupsparse-write-probe."):
@@ -276,24 +178,6 @@ def study_name(config: dict[str, Any], config_files=()) -> str:
 
 class StudyRefused(Exception):
     """A study that must not start; the message is one line naming the key, file or value."""
-
-
-def fill_defaults(config: dict[str, Any], schema: dict[str, Any]) -> None:
-    """Fill in the schema's `default`s, recursively (the jsonschema documentation's recipe), so the
-    schema is the one place a default is written. Call only on a config that validates."""
-    import jsonschema
-
-    base = jsonschema.Draft202012Validator
-    set_properties = base.VALIDATORS["properties"]
-
-    def properties(validator, props, instance, schema_):
-        if isinstance(instance, dict):
-            for name, sub in props.items():
-                if "default" in sub and name not in instance:
-                    instance[name] = copy.deepcopy(sub["default"])
-        yield from set_properties(validator, props, instance, schema_)
-
-    jsonschema.validators.extend(base, {"properties": properties})(schema).validate(config)
 
 
 def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str]:

@@ -9,13 +9,17 @@ package data could drift from the file the workflow validates with. Torch-free.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
+# What an error message may quote of a bad value: a YAML alias bomb must not be printed whole.
+MAX_SHOWN = 120
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
@@ -51,8 +55,6 @@ def run_spec_schema() -> dict[str, Any]:
 
 def check_study(config: Any) -> None:
     """ConfigError naming the key if a study config breaks the schema (the Snakefile's check, for direct callers)."""
-    from .preflight import schema_problem
-
     if not isinstance(config, dict):
         raise ConfigError(f"study: must be a mapping, got {type(config).__name__}")
     problem = schema_problem(json.loads(json.dumps(config, default=str)), study_schema())
@@ -62,11 +64,126 @@ def check_study(config: Any) -> None:
 
 def check_run_spec(raw: Any) -> None:
     """ConfigError naming the key if a run spec dict breaks the schema's ranges, enums or types."""
-    from .preflight import schema_problem
-
     if not isinstance(raw, dict):
         raise ConfigError(f"run spec: must be a mapping, got {type(raw).__name__}")
     plain = json.loads(json.dumps(raw, default=str))  # tuples (a spec's to_dict) become JSON arrays
     problem = schema_problem(plain, run_spec_schema())
     if problem:
         raise ConfigError(problem)
+
+
+# --- checking a config against it, in one line a person can act on ----------------------------
+
+
+def _key(path) -> str:
+    """jsonschema's path deque -> 'pretrain.steps' / 'transfer.sizes[1]' / "tasks['a b']"."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not str(part).isidentifier():  # a key a user could not read back as written
+            out += f"[{shown(part)}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def one_line(message: str, limit: int = 600) -> str:
+    """``message`` with control characters escaped and cut to ``limit``: a refusal is one line."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _allowed(schema: dict[str, Any]) -> str:
+    """What a (sub)schema accepts, in words: 'integer >= 1', 'one of a, b', 'keys: x, y'."""
+    if "enum" in schema:
+        return "one of " + ", ".join(map(str, schema["enum"]))
+    kinds = schema.get("type", "string" if "pattern" in schema else None)
+    words = [" or ".join(kinds) if isinstance(kinds, list) else str(kinds)] if kinds else []
+    bounds = [
+        f"{op} {schema[bound]}"
+        for bound, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+        if bound in schema
+    ]
+    if bounds:
+        words.append(" and ".join(bounds))
+    if "minItems" in schema:
+        words.append(f"with at least {schema['minItems']} item(s)")
+    if "pattern" in schema:
+        words.append(f"matching {schema['pattern']}")
+    if schema.get("properties") and schema.get("additionalProperties") is False:
+        words.append("with keys " + ", ".join(sorted(schema["properties"])))
+    return " ".join(words) or "see workflow/schemas/config.schema.yaml"
+
+
+def shown(value: Any) -> str:
+    """repr(value), cut to MAX_SHOWN characters (one line, whatever the value holds)."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
+
+def strict_validator(schema: dict[str, Any]):
+    """A JSON-schema validator whose `integer` refuses 2.0 and whose `number` refuses inf and nan.
+
+    Draft 2020-12 counts 2.0 as an integer and has no notion of a finite number; both let values
+    through that later fail inside a job (`seeds: 2.0`, `sigma_x: .inf`, `near_one: .nan`)."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine_many(
+        {
+            "integer": lambda _, x: isinstance(x, int) and not isinstance(x, bool),
+            "number": lambda _, x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x),
+        }
+    )
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
+
+
+def schema_problem(config: dict[str, Any], schema: dict[str, Any]) -> str | None:
+    """The most relevant JSON-schema violation as 'key: problem; allowed: ...', or None."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(strict_validator(schema).iter_errors(config))
+    if error is None:
+        return None
+    where, sub, kind = list(error.absolute_path), error.schema, error.validator
+    if kind == "additionalProperties":
+        unexpected = sorted(set(error.instance) - set(sub.get("properties", {})))
+        return (
+            f"{_key(where + unexpected[:1])}: unknown key; allowed keys: {', '.join(sorted(sub.get('properties', {})))}"
+        )
+    if kind == "required":
+        missing = [k for k in sub["required"] if k not in error.instance]
+        return f"{_key(where + missing[:1])}: required key is missing; required keys: {', '.join(sub['required'])}"
+    if kind == "propertyNames":
+        return f"{_key(where)}: bad name {shown(error.instance)}; allowed: names {_allowed(sub['propertyNames'])}"
+    if kind == "minProperties":
+        return f"{_key(where)}: needs at least {sub['minProperties']} entry"
+    if (
+        kind in ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+        and isinstance(error.instance, float)
+        and not math.isfinite(error.instance)
+    ):
+        return f"{_key(where)}: got {error.instance}; allowed: a finite {_allowed(sub)}"
+    return f"{_key(where)}: got {shown(error.instance)}; allowed: {_allowed(sub)}"
+
+
+# --- config files: read strictly, before their values are trusted ---------------------------
+
+
+def fill_defaults(config: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Fill in the schema's `default`s, recursively (the jsonschema documentation's recipe), so the
+    schema is the one place a default is written. Call only on a config that validates."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    set_properties = base.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, schema_):
+        if isinstance(instance, dict):
+            for name, sub in props.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from set_properties(validator, props, instance, schema_)
+
+    jsonschema.validators.extend(base, {"properties": properties})(schema).validate(config)

@@ -178,7 +178,7 @@ def earlier_run(tmp_path_factory):
     cfg["pretrain"] |= {"steps": 20}
     path = work / "earlier.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    res = snakemake(work, path, extra=["results/tables/pretrain_summary.parquet"])
+    res = snakemake(work, path, extra=["results/tiny/tables/pretrain_summary.parquet"])
     assert res.returncode == 0, res.stderr[-3000:]
     return work, snapshot(work / "results")
 
@@ -233,7 +233,7 @@ def test_earlier_results_are_untouched(bad_runs, earlier_run):
 
 def _unwritable_results(work: Path):
     """Make ``work/results`` refuse writes, as this user can; -> undo function, or skip."""
-    results = work / "results"
+    results = work / "results/tiny"
     if os.geteuid() != 0:
         results.chmod(0o555)
         return lambda: results.chmod(0o755)
@@ -257,7 +257,7 @@ def test_unwritable_results_folder_fails_before_any_job(earlier_run, tmp_path):
         undo()
     out = res.stdout + res.stderr
     assert res.returncode != 0
-    assert "results folder is not writable" in out and str(work / "results") in out, out[-2000:]
+    assert "results folder is not writable" in out and str(work / "results/tiny") in out, out[-2000:]
     assert not any(m in out for m in JOB_MARKERS), out[-2000:]
     assert snapshot(work / "results") == before
 

@@ -44,11 +44,11 @@ from conftest import snapshot, tiny_config
 
 TINY = tiny_config()
 PAPER_METHODS = ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"]
-TABLE_TARGET = "results/provenance.json"  # the aggregate rule: every table, no figures
+TABLE_TARGET = "results/tiny/provenance.json"  # the aggregate rule: every table, no figures
 CHUNK = "0-1"
-RESUME_FILE = f"results/pretrain/base/.seeds{CHUNK}.resume.safetensors"
+RESUME_FILE = f"results/tiny/pretrain/base/.seeds{CHUNK}.resume.safetensors"
 PRETRAIN_OUTPUTS = [
-    f"results/pretrain/base/seeds{CHUNK}{ext}" for ext in (".safetensors", ".trajectory.parquet", ".attention.parquet")
+    f"results/tiny/pretrain/base/seeds{CHUNK}{ext}" for ext in (".safetensors", ".trajectory.parquet", ".attention.parquet")
 ]
 WAIT_S = 240
 
@@ -161,7 +161,7 @@ def mid_transfer(proc: subprocess.Popen, workdir: Path):
     job = job_process(proc, "transfer")
     if job is None:
         return None
-    logs = list((workdir / "results/logs/transfer").rglob("*.log"))
+    logs = list((workdir / "results/tiny/logs/transfer").rglob("*.log"))
     return job if any("transfer base:" in p.read_text() for p in logs) else None
 
 
@@ -177,7 +177,7 @@ def complete_or_absent(table: Path, reference: Path) -> bool:
 
 
 def resumed_step(workdir: Path) -> int:
-    log = (workdir / f"results/logs/pretrain/base/seeds{CHUNK}.log").read_text()
+    log = (workdir / f"results/tiny/logs/pretrain/base/seeds{CHUNK}.log").read_text()
     match = re.search(r"resumed from saved state at step (\d+)", log)
     assert match, f"the rerun restarted pretraining instead of continuing it:\n{log[-2000:]}"
     return int(match.group(1))
@@ -204,7 +204,7 @@ def checkpoints(workdir: Path) -> dict[str, dict]:
     import torch
 
     out = {}
-    for path in sorted((workdir / "results/pretrain").rglob("seeds*.safetensors")):
+    for path in sorted((workdir / "results/tiny/pretrain").rglob("seeds*.safetensors")):
         tensors, meta = io.load_checkpoint(path)
         meta.pop("provenance", None)
         out[str(path.relative_to(workdir))] = (
@@ -280,9 +280,9 @@ def test_provenance_is_in_every_table_and_in_provenance_json(reference):
         prov = io.read_provenance(path)
         assert keys <= set(prov), (path, sorted(prov))
         assert prov["versions"]["torch"] and prov["device"] == "cpu" and prov["git_commit"]
-    study = json.loads((work / "results/provenance.json").read_text())
+    study = json.loads((work / "results/tiny/provenance.json").read_text())
     assert keys <= set(study)
-    assert study["config_hash"] == io.read_provenance(work / "results/tables/summary.parquet")["config_hash"]
+    assert study["config_hash"] == io.read_provenance(work / "results/tiny/tables/summary.parquet")["config_hash"]
 
 
 # -- kill and resume -------------------------------------------------------------------------
@@ -366,8 +366,8 @@ def test_one_core_gives_the_same_tables_as_two(reference, tmp_path):
     assert_same_results(reference["work"], work)
     # and provenance tells the two studies apart from nothing: same config, same hash
     assert (
-        io.read_provenance(work / "results/tables/summary.parquet")["config_hash"]
-        == io.read_provenance(reference["work"] / "results/tables/summary.parquet")["config_hash"]
+        io.read_provenance(work / "results/tiny/tables/summary.parquet")["config_hash"]
+        == io.read_provenance(reference["work"] / "results/tiny/tables/summary.parquet")["config_hash"]
     )
 
 
@@ -378,10 +378,10 @@ def test_adding_a_task_changes_no_other_result(reference, tmp_path):
     work, path = tmp_path / "work", write_config(tmp_path, cfg)
     res = snakemake(work, path, TABLE_TARGET)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
-    assert set(io.read_parquet(work / "results/tables/summary.parquet")["task_name"]) == {"base", "other"}
+    assert set(io.read_parquet(work / "results/tiny/tables/summary.parquet")["task_name"]) == {"base", "other"}
     only_base = lambda df: df[df["task_name"] == "base"] if "task_name" in df else df  # noqa: E731
     assert_same_results(reference["work"], work, rows=only_base)
-    study = lambda w: io.read_provenance(w / "results/tables/summary.parquet")["config_hash"]  # noqa: E731
+    study = lambda w: io.read_provenance(w / "results/tiny/tables/summary.parquet")["config_hash"]  # noqa: E731
     assert study(work) != study(reference["work"])  # the study changed, base's numbers did not
 
 
@@ -402,7 +402,7 @@ def test_diverging_study_finishes_with_diverged_rows_counted_apart(tmp_path):
     work, path = tmp_path / "work", write_config(tmp_path, cfg)
     res = snakemake(work, path)  # the default target: tables and figures
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
-    t = work / "results/tables"
+    t = work / "results/tiny/tables"
     traj = io.read_parquet(t / "pretrain_trajectories.parquet")
     last = traj.sort_values("step").groupby("seed").tail(1)
     assert (last["status"] == "diverged").all()
@@ -427,7 +427,7 @@ def test_diverging_study_finishes_with_diverged_rows_counted_apart(tmp_path):
     assert ran["mean_test_accuracy"].between(0, 1).all() and (ran["n_seeds_ok"] == 2).all()
     for name in ("pretrain_curves", "attention_heatmaps", "parameters", "transfer_accuracy"):
         for ext in ("png", "pdf"):
-            f = work / "results/figures/base" / f"{name}.{ext}"
+            f = work / "results/tiny/figures/base" / f"{name}.{ext}"
             assert f.is_file() and f.stat().st_size > 1000, f
 
 
@@ -437,13 +437,13 @@ def test_a_corrupt_job_table_stops_the_workflow_before_any_aggregated_table_is_r
     so a foreign table (valid Parquet, wrong schema) leaves every earlier aggregated table in place."""
     work = tmp_path / "work"
     shutil.copytree(reference["work"], work, symlinks=True)
-    before = snapshot(work / "results" / "tables")
+    before = snapshot(work / "results/tiny" / "tables")
     assert any(name.endswith(".parquet") for name in before)
-    foreign = work / "results/transfer/base" / f"seeds{CHUNK}" / "linear.parquet"
+    foreign = work / "results/tiny/transfer/base" / f"seeds{CHUNK}" / "linear.parquet"
     io.write_parquet(pd.DataFrame({"something": [1.0, 2.0]}), foreign, {"note": "not ours"})
     res = snakemake(work, reference["config"], TABLE_TARGET, cores=1)
     assert res.returncode != 0
     out = res.stdout + res.stderr
     assert "not a transfer table" in out and "linear.parquet" in out, out[-3000:]
-    assert snapshot(work / "results" / "tables") == before, "earlier aggregated tables were removed or rewritten"
-    assert (work / "results/provenance.json").exists()
+    assert snapshot(work / "results/tiny" / "tables") == before, "earlier aggregated tables were removed or rewritten"
+    assert (work / "results/tiny/provenance.json").exists()

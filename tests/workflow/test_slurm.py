@@ -146,7 +146,7 @@ def is_timing(column: str) -> bool:
 
 def result_tables(workdir: Path) -> dict[str, pd.DataFrame]:
     tables = {}
-    for path in sorted((workdir / "results" / "tables").glob("*.parquet")):
+    for path in sorted((workdir / "results/tiny" / "tables").glob("*.parquet")):
         table = read_parquet(path)
         tables[path.name] = table.drop(columns=[c for c in table.columns if is_timing(c)])
     return tables

@@ -76,7 +76,7 @@ def test_bad_config_fails_before_any_job(tmp_path, mutate, needle):
 def test_tiny_study_end_to_end(tmp_path):
     res = snakemake("--cores", "2", "--configfile", str(TINY), "-d", str(tmp_path))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    tables = tmp_path / "results" / "tables"
+    tables = tmp_path / "results/tiny" / "tables"
     traj = pd.read_parquet(tables / "pretrain_trajectories.parquet")
     expected = {
         "run",
@@ -132,11 +132,11 @@ def test_tiny_study_end_to_end(tmp_path):
     assert set(sc["target_accuracy"]) == {0.9, 0.95}
     for name in ("pretrain_curves", "attention_heatmaps", "parameters", "transfer_accuracy"):
         for ext in ("png", "pdf"):
-            f = tmp_path / "results" / "figures" / "base" / f"{name}.{ext}"
+            f = tmp_path / "results/tiny" / "figures" / "base" / f"{name}.{ext}"
             assert f.is_file() and f.stat().st_size > 1000, f
-    prov = json.loads((tmp_path / "results" / "provenance.json").read_text())
+    prov = json.loads((tmp_path / "results/tiny" / "provenance.json").read_text())
     assert {"config_hash", "git_commit", "versions", "host", "device"} <= set(prov)
-    for bench in (tmp_path / "results" / "benchmarks").rglob("*.tsv"):
+    for bench in (tmp_path / "results/tiny" / "benchmarks").rglob("*.tsv"):
         assert pd.read_csv(bench, sep="\t").shape[0] == 1
     # the report builds from the finished run
     rep = snakemake("--configfile", str(TINY), "-d", str(tmp_path), "--report", str(tmp_path / "report.html"))
@@ -157,7 +157,7 @@ def test_tiny_study_end_to_end(tmp_path):
         "groupsparse",
         "snapshot",
         "--results",
-        str(tmp_path / "results"),
+        str(tmp_path / "results/tiny"),
         "--docs",
         str(tmp_path / "docs"),
         "--readme",

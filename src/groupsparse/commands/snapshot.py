@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def register(sub) -> None:
     p = sub.add_parser("snapshot", help="copy main figures to docs/ and write the result tables into the README")
-    p.add_argument("--results", default="results", help="a finished run's results folder")
+    p.add_argument("--results", default="results/default", help="a finished study's results folder")
     p.add_argument("--docs", default="docs/results", help="where the figure copies go")
     p.add_argument("--readme", default="README.md", help="README whose RESULTS section is replaced")
     p.add_argument(

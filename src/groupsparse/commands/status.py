@@ -42,7 +42,10 @@ def run(args) -> int:
     logs = results / "logs"
     if not logs.is_dir():
         folders = ", ".join(sorted(p.name for p in results.parent.glob("*") if p.is_dir())) or "none"
-        print(f"groupsparse status: {logs} does not exist: no job of this study has started (results folders here: {folders})")
+        print(
+            f"groupsparse status: {logs} does not exist: no job of this study has started "
+            f"(results folders here: {folders})"
+        )
         return 1
     now = time.time()
     counts: dict[str, int] = {}
