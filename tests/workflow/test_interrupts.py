@@ -48,7 +48,8 @@ TABLE_TARGET = "results/tiny/provenance.json"  # the aggregate rule: every table
 CHUNK = "0-1"
 RESUME_FILE = f"results/tiny/pretrain/base/.seeds{CHUNK}.resume.safetensors"
 PRETRAIN_OUTPUTS = [
-    f"results/tiny/pretrain/base/seeds{CHUNK}{ext}" for ext in (".safetensors", ".trajectory.parquet", ".attention.parquet")
+    f"results/tiny/pretrain/base/seeds{CHUNK}{ext}"
+    for ext in (".safetensors", ".trajectory.parquet", ".attention.parquet")
 ]
 WAIT_S = 240
 

@@ -144,12 +144,16 @@ def figure_files():
 
 def pretrain_resources(wildcards):
     run = RUNS[wildcards.run]
-    return costs.pretrain_request(run, wildcards.chunk, config["device"], PRETRAIN_THREADS)
+    return costs.pretrain_request(
+        run, wildcards.chunk, config["device"], PRETRAIN_THREADS
+    )
 
 
 def transfer_resources(wildcards):
     run = RUNS[wildcards.run]
-    return costs.transfer_request(run, wildcards.chunk, wildcards.group, config["device"], TRANSFER_THREADS)
+    return costs.transfer_request(
+        run, wildcards.chunk, wildcards.group, config["device"], TRANSFER_THREADS
+    )
 
 
 def transfer_table_files():
