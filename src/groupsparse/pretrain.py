@@ -65,14 +65,24 @@ def _effective_W(params, spec: RunSpec, layer: int) -> torch.Tensor:
     return params[f"layer{layer}.WK"].transpose(1, 2) @ params[f"layer{layer}.WQ"]
 
 
-def _attention_mass(mean_attn: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-    """Mean over samples and queries of the mass that queries put on the relevant keys. (S,)
+def _attention_per_query(mean_attn: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+    """The mass each query puts on the relevant keys, averaged over samples: S[j*, j]. (S, query)
 
     From the attention averaged over samples, mean_attn (S, key, query): averaging commutes
     with the sum over the relevant keys.
     """
     idx = relevant[:, :, None].expand(-1, -1, mean_attn.shape[-1])
-    return mean_attn.gather(1, idx).sum(1).mean(-1)
+    return mean_attn.gather(1, idx).sum(1)
+
+
+def _attention_mass(mean_attn: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+    """Mean over queries of S[j*, j] (:func:`_attention_per_query`). (S,)"""
+    return _attention_per_query(mean_attn, relevant).mean(-1)
+
+
+def _attention_min(mean_attn: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+    """Minimum over queries of S[j*, j]: the theorem bounds every query (STUDY.md section 3.3). (S,)"""
+    return _attention_per_query(mean_attn, relevant).min(-1).values
 
 
 class Trainer:
@@ -94,8 +104,9 @@ class Trainer:
         self.params = init_params(ms, len(self.seeds), self.m, init_gens, self.dtype, self.device)
         self.train_gens = [torch_generator(*task_identity(spec, s), "train") for s in self.seeds]
         eval_gens = [torch_generator(*task_identity(spec, s), "eval") for s in self.seeds]
-        # synthetic: antithetic evaluation set; images: no X -> -X symmetry, held-out test images
-        eval_kw = {"antithetic": False, "split": "test"} if ts.kind == "images" else {"antithetic": True}
+        # an i.i.d. evaluation set (an antithetic one, X with -X, gives each mirrored pair identical
+        # attention and accuracy, halving its effective size); images: held-out test images
+        eval_kw = {"antithetic": False, "split": "test"} if ts.kind == "images" else {"antithetic": False}
         Xe, ye = zip(
             *[
                 t.sample(spec.pretrain.eval_size, g, **eval_kw, dtype=self.dtype, device=self.device)
@@ -209,7 +220,8 @@ class Trainer:
         f, mean_attn = self.eval_forward()
         eval_loss = logistic_loss(f, self.y_eval)
         acc = (torch.sign(f) == self.y_eval).to(torch.float64).mean(-1)
-        mass = _attention_mass(mean_attn, self.relevant)
+        per_query = _attention_per_query(mean_attn, self.relevant)
+        mass, mass_min = per_query.mean(-1), per_query.min(-1).values
         d = self.spec.task.d
         v = self.params["v"]
         v1, v2 = v[:, :d], v[:, d:]
@@ -238,6 +250,7 @@ class Trainer:
                     "eval_loss": float(eval_loss[i]),
                     "eval_accuracy": float(acc[i]),
                     "attention_on_relevant": float(mass[i]),
+                    "attention_min_on_relevant": float(mass_min[i]),
                     "cos_v1_vstar": float(cos[i]),
                     "v1_norm": float(v1[i].norm()),
                     "v2_norm": float(v2[i].norm()) if concat else float("nan"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +122,17 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
     return run
 
 
+def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:
+    """A scaling run's pretraining settings: steps raised to ceil(scaling.steps_per_D3 * D^3) where
+    that is more, so the steps kappa D^3 of the concentration test are reached at every D."""
+    pre = copy.deepcopy(scaling.get("pretrain") or {})
+    per = float(scaling.get("steps_per_D3") or 0)
+    if per > 0:
+        steps = pre.get("steps", (config.get("pretrain") or {}).get("steps", 1))
+        pre["steps"] = max(int(steps), math.ceil(per * D**3))
+    return pre
+
+
 def expand(config: dict) -> dict[str, Run]:
     """All pretraining runs of the study, by name (validated: the schema, then the cross-field rules)."""
     check_study(config)
@@ -137,11 +149,23 @@ def expand(config: dict) -> dict[str, Run]:
                 name = f"scale_d{d}_D{D}"
                 entry = {
                     "task": base | {"d": d, "D": D},
-                    "pretrain": scaling.get("pretrain"),
+                    "pretrain": _scaling_pretrain(config, scaling, D),
                     "transfer": scaling.get("transfer", {"enabled": False}),
                     "dtype": scaling.get("dtype"),
                 }
                 runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
+        check = scaling.get("batch_check")
+        if check:  # the same (d, D) at other batches, pretraining only (STUDY.md section 6.4)
+            d, D = check["d"], check["D"]
+            for b in check["batches"]:
+                name = f"scale_d{d}_D{D}_batch{b}"
+                entry = {
+                    "task": base | {"d": d, "D": D},
+                    "pretrain": _scaling_pretrain(config, scaling, D) | {"batch": b},
+                    "transfer": {"enabled": False},
+                    "dtype": scaling.get("dtype"),
+                }
+                runs[name] = _make_run(config, name, entry, "scaling", f"scaling.batch_check[{b}]", f"batch{b}")
 
     ablations = config.get("ablations") or {}
     if ablations.get("enabled", False):
@@ -157,7 +181,7 @@ def expand(config: dict) -> dict[str, Run]:
                 "model": (variant or {}).get("model"),
                 "pretrain": deep_merge(ablations.get("pretrain", {}), (variant or {}).get("pretrain")),
                 "transfer": ablations.get("transfer", {"enabled": False}),
-                "dtype": ablations.get("dtype"),
+                "dtype": (variant or {}).get("dtype") or ablations.get("dtype"),
             }
             runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}", vname)
         # the reference point of the ablations: the base task under the ablations' own budget

@@ -24,6 +24,7 @@ REQUIRED_COLUMNS = {
         "eval_loss",
         "eval_accuracy",
         "attention_on_relevant",
+        "attention_min_on_relevant",
         "cos_v1_vstar",
         "v1_norm",
         "v2_norm",

@@ -195,6 +195,10 @@ def scaling_args():
         args += ["--near-one", str(a["near_one"])]
     if "n_boot" in a:
         args += ["--n-boot", str(a["n_boot"])]
+    if "target_c" in a:
+        args += ["--target-c", csv(a["target_c"])]
+    if "kappas" in a:
+        args += ["--kappas", csv(a["kappas"])]
     if "baseline" in b:
         args += ["--baseline", str(b["baseline"])]
     if "sizes" in b:

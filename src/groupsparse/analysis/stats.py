@@ -46,6 +46,7 @@ UNIT = (0.0, 1.0)
 NONNEGATIVE = (0.0, math.inf)
 METRIC_RANGES: dict[str, tuple[float, float]] = {
     "attention_on_relevant": UNIT,
+    "attention_min_on_relevant": UNIT,
     "eval_accuracy": UNIT,
     "test_accuracy": UNIT,
     "train_accuracy": UNIT,
@@ -71,7 +72,11 @@ VERDICT_RULE = (
     f"lies in the interval and the interval is at most its tolerance wide (exponents: "
     f"{EXPONENT_TOLERANCE}), does not hold if v lies outside, inconclusive if the interval is too wide; "
     f"'greater than v': holds if the interval lies above v, does not hold if it lies below, else "
-    f"inconclusive; 'less than v': the mirror image."
+    f"inconclusive; 'less than v': the mirror image. An upper bound 'at most v' (a theorem's sufficient time, "
+    f"e.g. T* = O(D^3)) is tested one-sided: 'does not hold' (exceeds v over the range measured) only if the "
+    f"one-sided {CONFIDENCE:.0%} lower bound (estimate - t_(dof, {CONFIDENCE}) x standard error) lies above v, "
+    f"else 'consistent' (not contradicted). Fixed-threshold rates the theory does not bound are 'descriptive': "
+    f"a measured rate with its interval and local slopes, no verdict."
 )
 
 
@@ -142,6 +147,15 @@ def widen(point, boot: np.ndarray, k: int) -> np.ndarray:
     return point + math.sqrt(k / (k - 1)) * (boot - point) if k > 1 else boot
 
 
+def one_sided_low(point: float, boot: np.ndarray, dof: float) -> float:
+    """point - t_{dof} quantile (one-sided, at :data:`CONFIDENCE`) x the bootstrap standard error."""
+    boot = np.asarray(boot, dtype=float)
+    boot = boot[np.isfinite(boot)]
+    if dof < 1 or boot.size < 2 or not np.isfinite(point):
+        return math.nan
+    return point - float(sps.t.ppf(CONFIDENCE, dof)) * float(boot.std(ddof=1))
+
+
 def t_interval(point: float, boot: np.ndarray, dof: float) -> tuple[float, float]:
     """point -+ t_{dof} quantile x the bootstrap standard error; NaN if there is nothing to go on."""
     boot = np.asarray(boot, dtype=float)
@@ -157,15 +171,17 @@ def t_interval(point: float, boot: np.ndarray, dof: float) -> tuple[float, float
 
 @dataclass(frozen=True)
 class Prediction:
-    """What the theory says about a measured number: equal to, greater than or less than ``value``."""
+    """What the theory says about a measured number: equal to, greater than or less than ``value``,
+    or an upper bound ``at_most`` (tested one-sided: contradicted only when the one-sided lower
+    bound lies above ``value``; the claim's ``low`` is then that one-sided bound, ``high`` inf)."""
 
     kind: str  # "equal" | "greater" | "less"
     value: float
     tolerance: float = math.inf  # "equal" only: the widest interval that can still confirm it
 
     def __post_init__(self):
-        if self.kind not in ("equal", "greater", "less"):
-            raise ValueError(f"prediction kind must be equal, greater or less, got {self.kind!r}")
+        if self.kind not in ("equal", "greater", "less", "at_most"):
+            raise ValueError(f"prediction kind must be equal, greater, less or at_most, got {self.kind!r}")
 
 
 def verdict(pred: Prediction, low: float, high: float, *, blocker: str = "") -> tuple[str, str]:
@@ -186,6 +202,11 @@ def verdict(pred: Prediction, low: float, high: float, *, blocker: str = "") -> 
         if high - low > pred.tolerance:
             return "inconclusive", f"{v:g} inside {iv}, but the interval is wider than {pred.tolerance:g}"
         return "holds", f"{v:g} inside {iv}"
+    if pred.kind == "at_most":
+        bound = f"one-sided {CONFIDENCE:.0%} lower bound {low:.3g}"
+        if low > v:
+            return "does not hold", f"{bound} exceeds {v:g} over the range measured"
+        return "consistent", f"{bound} <= {v:g}: consistent with at most {v:g}"
     above, below = low > v, high < v
     if pred.kind == "greater":
         if above:
@@ -267,8 +288,10 @@ class Fit:
     high: float = math.nan
     r2: float = math.nan
     valid_fraction: float = math.nan
+    dof: float = math.nan  # degrees of freedom of the slope's interval
     boot_slope: np.ndarray = field(default_factory=lambda: np.empty(0))
     boot_intercept: np.ndarray = field(default_factory=lambda: np.empty(0))
+    boot_y: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))  # usable resamples x used levels
 
     @property
     def used(self) -> np.ndarray:
@@ -284,6 +307,25 @@ class Fit:
         order = np.argsort(xs)
         xs, ys = xs[order], ys[order]
         return [float((ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])) for i in range(xs.size - 1) if xs[i + 1] > xs[i]]
+
+    def one_sided_low(self) -> float:
+        """The slope's one-sided lower confidence bound (for an 'at most' prediction)."""
+        return one_sided_low(self.slope, self.boot_slope, self.dof)
+
+    def rss(self) -> float:
+        """Residual sum of squares of the fitted line through the used level statistics."""
+        xs, ys = self.x[self.used], self.y[self.used]
+        return float(((ys - self.intercept - self.slope * xs) ** 2).sum()) if xs.size else math.nan
+
+    def boot_rss(self, x: np.ndarray | None = None) -> np.ndarray:
+        """RSS of each resample's own line through its level statistics, against this fit's x (or
+        another ``x`` for the same levels: the same resamples then compare two laws)."""
+        xs = self.x[self.used] if x is None else np.asarray(x, dtype=float)[self.used]
+        Yb = self.boot_y
+        if not Yb.size:
+            return np.empty(0)
+        slope, intercept = _ols(xs, Yb)
+        return ((Yb - intercept[:, None] - slope[:, None] * xs[None]) ** 2).sum(axis=1)
 
     def blocker(self) -> str:
         """Why this fit cannot decide a claim ('' if it can), by :data:`VERDICT_RULE`."""
@@ -346,7 +388,9 @@ def fit_levels(
     fit.valid_fraction = float(1 - bad.mean())
     if (~bad).any():
         fit.boot_slope, fit.boot_intercept = _ols(xs, Yb[~bad])
-        fit.low, fit.high = t_interval(fit.slope, fit.boot_slope, _slope_dof(xs, Yb[~bad], seeds[used]))
+        fit.boot_y = Yb[~bad]
+        fit.dof = _slope_dof(xs, Yb[~bad], seeds[used])
+        fit.low, fit.high = t_interval(fit.slope, fit.boot_slope, fit.dof)
     return fit
 
 

@@ -61,6 +61,7 @@ def run(args) -> int:
     for table in (res.trajectory, res.attention):  # the run's role and varied settings, as columns
         table.insert(1, "role", spec.role)
         table.insert(2, "variant", spec.variant)
+    res.trajectory["batch"] = spec.pretrain.batch  # a measured factor of the times (STUDY.md section 6.4)
     io.write_parquet(res.trajectory, args.trajectory, prov)
     io.write_parquet(res.attention, args.attention, prov)
     diverged = [(s, st) for s, st in zip(args.seeds, res.diverged_step) if st >= 0]

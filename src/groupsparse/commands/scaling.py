@@ -82,6 +82,18 @@ def register(sub) -> None:
         default=None,
         help="transfer sizes n reported per ablation (default: smallest, middle, largest)",
     )
+    p.add_argument(
+        "--target-c",
+        type=_floats,
+        default=(0.1, 0.2, 0.3),
+        help="constants c of the theorem's targets: min over queries of S[j*, j] >= 1 - exp(-c D)",
+    )
+    p.add_argument(
+        "--kappas",
+        type=_floats,
+        default=(0.5, 1.0, 2.0),
+        help="1 - min attention is compared across D at steps kappa D^3 (exponential vs power law)",
+    )
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--study-seed", type=int, default=0, help="seeds the bootstrap (with each fit's identity)")
     p.set_defaults(func=run)
@@ -136,6 +148,8 @@ def run(args) -> int:
         ablation_sizes=args.ablation_sizes,
         n_boot=args.n_boot,
         study_seed=args.study_seed,
+        target_c=args.target_c,
+        kappas=args.kappas,
     )
     traj, traj_inputs = read_named(args.trajectories, "trajectory")
     transfer, transfer_inputs = read_named(args.transfer, "transfer") if args.transfer else (None, {})
