@@ -160,6 +160,7 @@ def expand(config: dict) -> dict[str, Run]:
             for b in check["batches"]:
                 name = f"scale_d{d}_D{D}_batch{b}"
                 entry = {
+                    "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
                     "task": base | {"d": d, "D": D},
                     "pretrain": _scaling_pretrain(config, scaling, D) | {"batch": b},
                     "transfer": {"enabled": False},

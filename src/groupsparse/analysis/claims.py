@@ -357,7 +357,9 @@ def batch_claims(crossings: pd.DataFrame) -> list[dict]:
     return rows
 
 
-STABILITY_FROM = 0.5  # growth rates are fitted over the second half of each run's recorded steps
+# growth rates are fitted in two windows of each run's recorded steps (fractions of its last step):
+# the transient while attention forms, and the late phase near the end state
+STABILITY_WINDOWS = {"early": (0.0, 1 / 3), "late": (0.5, 1.0)}
 
 
 def stability_claims(traj: pd.DataFrame) -> list[dict]:
@@ -366,9 +368,9 @@ def stability_claims(traj: pd.DataFrame) -> list[dict]:
     For each ablation run that leaves the symmetric subspace at all (|v2| > 0 somewhere: a random
     start, i.i.d. batches, autograd rounding...), the growth rate per 1000 steps of the relative
     deviations |v2| / |v1| and sqrt(|W_fp|^2 + |W_pf|^2) / sqrt(|W_ff|^2 + |W_pp|^2): the OLS slope of
-    their log against the step over the second half of the run, per seed, then a t interval over
-    seeds. 'less than 0' holds (a perturbation decays: stable) if the interval lies below 0, does not
-    hold (it grows: unstable) if above.
+    their log against the step, per seed, in each window of :data:`STABILITY_WINDOWS`, then a t
+    interval over seeds. 'less than 0' holds (a perturbation decays: stable) if the interval lies
+    below 0, does not hold (it grows: unstable) if above.
     """
     rows = []
     need = ("v1_norm", "v2_norm", "W_ff_norm", "W_fp_norm", "W_pf_norm", "W_pp_norm")
@@ -383,35 +385,39 @@ def stability_claims(traj: pd.DataFrame) -> list[dict]:
             "|W cross| / |W diagonal blocks|": np.hypot(g["W_fp_norm"], g["W_pf_norm"])
             / np.hypot(g["W_ff_norm"], g["W_pp_norm"]),
         }
+        variant = str(g["variant"].iloc[0]) if "variant" in g.columns else run
         for what, ratio in ratios.items():
-            rates, finals = [], []
-            for _, h in g.assign(ratio=ratio).sort_values("step").groupby("seed", sort=True):
-                h = h[h["step"] >= STABILITY_FROM * h["step"].max()]
-                h = h[(h["ratio"] > 0) & np.isfinite(h["ratio"])]
-                if len(h) >= 3:
-                    slope = np.polyfit(h["step"].to_numpy(float), np.log(h["ratio"].to_numpy(float)), 1)[0]
-                    rates.append(1000 * slope)
-                    finals.append(float(h["ratio"].iloc[-1]))
-            m, lo, hi = mean_interval(rates)
-            variant = str(g["variant"].iloc[0]) if "variant" in g.columns else run
-            rows.append(
-                _claim(
-                    f"the symmetric solution is stable: {what} does not grow ({run})",
-                    "the theorem's solution has v2 = 0 and W_fp = W_pf = 0; stable if a perturbation decays",
-                    Prediction("less", 0.0),
-                    m,
-                    lo,
-                    hi,
-                    f"{len(rates)} seed(s), need {MIN_SEEDS}" if len(rates) < MIN_SEEDS else "",
-                    f"run {run} (variant {variant}): growth rate of log({what}) per 1000 steps over the second half "
-                    f"of training; final {what} per seed: {fmt_values(np.round(finals, 6))}",
-                    "stability",
-                    len(rates),
-                    "ablation",
-                    run,
-                    {"d": int(g["d"].iloc[0]), "D": int(g["D"].iloc[0])},
+            per_seed = [h for _, h in g.assign(ratio=ratio).sort_values("step").groupby("seed", sort=True)]
+            finals = [float(h["ratio"].iloc[-1]) for h in per_seed]
+            for window, (lo_frac, hi_frac) in STABILITY_WINDOWS.items():
+                rates = []
+                for h in per_seed:
+                    last = h["step"].max()
+                    h = h[(h["step"] >= max(lo_frac * last, 1)) & (h["step"] <= hi_frac * last)]
+                    h = h[(h["ratio"] > 0) & np.isfinite(h["ratio"])]
+                    if len(h) >= 3:
+                        x, y = h["step"].to_numpy(float), np.log(h["ratio"].to_numpy(float))
+                        rates.append(1000 * float(np.polyfit(x, y, 1)[0]))
+                m, lo, hi = mean_interval(rates)
+                rows.append(
+                    _claim(
+                        f"the symmetric solution is stable: {what} does not grow, {window} phase ({run})",
+                        "the theorem's solution has v2 = 0 and W_fp = W_pf = 0; stable if a perturbation decays",
+                        Prediction("less", 0.0),
+                        m,
+                        lo,
+                        hi,
+                        f"{len(rates)} seed(s), need {MIN_SEEDS}" if len(rates) < MIN_SEEDS else "",
+                        f"run {run} (variant {variant}): growth rate of log({what}) per 1000 steps over steps "
+                        f"{lo_frac:.2g}-{hi_frac:.2g} of the run; final {what} per seed: "
+                        f"{', '.join(f'{v:.3g}' for v in finals)}",
+                        "stability",
+                        len(rates),
+                        "ablation",
+                        run,
+                        {"d": int(g["d"].iloc[0]), "D": int(g["D"].iloc[0])},
+                    )
                 )
-            )
     return rows
 
 
