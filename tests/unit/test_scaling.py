@@ -12,7 +12,7 @@ import pytest
 from groupsparse.analysis import inputs, scaling_laws
 from groupsparse.analysis.claims import CLAIM_COLUMNS, analyse
 from groupsparse.analysis.scaling_laws import Settings
-from groupsparse.analysis.stats import Prediction, first_crossing, verdict
+from groupsparse.analysis.stats import VERDICTS, Prediction, first_crossing, verdict
 from groupsparse.io import InputError
 
 FAST = Settings(n_boot=400, loss_target=None)
@@ -386,7 +386,7 @@ def test_cli_writes_tables_and_figures(tmp_path, capsys):
     assert cli.main(argv) == 0
     claims = io.read_parquet(out / "claims.parquet")
     assert list(claims.columns) == CLAIM_COLUMNS
-    assert set(claims["verdict"]) <= {"holds", "does not hold", "inconclusive"}
+    assert set(claims["verdict"]) <= set(VERDICTS)
     assert "verdict_rule" in io.read_provenance(out / "claims.parquet")
     assert set(io.read_parquet(out / "abl.parquet")["ablation"]) == {"none"}
     for name in ("convergence_time", "attention_concentration", "sample_complexity", "ablations"):

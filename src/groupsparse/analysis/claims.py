@@ -329,9 +329,11 @@ def batch_claims(crossings: pd.DataFrame) -> list[dict]:
         for _key, h in g.groupby("key", sort=True):
             ref = h[h["variant"].astype(str) == ""]
             means = {int(b): float(np.exp(np.log(x["step"]).mean())) for b, x in h.groupby("batch", sort=True)}
+            extrapolated = _infinite_batch(means) if not h["censored"].any() else math.nan
             for b, x in h[h["variant"].astype(str) != ""].groupby("batch", sort=True):
                 cens = bool(ref["censored"].any() or x["censored"].any())
                 delta, lo, hi = difference_interval(np.log(x["step"]), np.log(ref["step"]))
+                delta, lo, hi = (math.nan,) * 3 if cens else (delta, lo, hi)
                 what = str(h["quantity"].iloc[0])
                 target = (
                     f"min attention >= 1 - exp(-{float(h['c'].iloc[0]):g} D)"
@@ -348,7 +350,13 @@ def batch_claims(crossings: pd.DataFrame) -> list[dict]:
                         hi,
                         "censored times" if cens else "",
                         f"d = {d}, D = {D}; measured = log(steps at batch {int(b)} / steps at batch {ref_batch}); "
-                        "geometric-mean steps per batch: " + ", ".join(f"{bb}: {m:.4g}" for bb, m in means.items()),
+                        "geometric-mean steps per batch: "
+                        + ", ".join(f"{bb}: {m:.4g}" for bb, m in means.items())
+                        + (
+                            f"; extrapolated to an infinite batch (log steps linear in 1/batch): {extrapolated:.4g}"
+                            if np.isfinite(extrapolated)
+                            else ""
+                        ),
                         "batch_check",
                         int(len(x)),
                         settings={"d": int(d), "D": int(D)},
@@ -359,6 +367,15 @@ def batch_claims(crossings: pd.DataFrame) -> list[dict]:
 
 # growth rates are fitted in two windows of each run's recorded steps (fractions of its last step):
 # the transient while attention forms, and the late phase near the end state
+def _infinite_batch(means: dict[int, float]) -> float:
+    """Steps at 1/batch -> 0 (population gradient descent): log steps linear in 1/batch, from 3+ batches."""
+    if len(means) < 3:
+        return math.nan
+    inv = np.array([1 / b for b in means])
+    slope, intercept = np.polyfit(inv, np.log(list(means.values())), 1)
+    return float(np.exp(intercept))
+
+
 STABILITY_WINDOWS = {"early": (0.0, 1 / 3), "late": (0.5, 1.0)}
 
 

@@ -62,6 +62,10 @@ METRIC_RANGES: dict[str, tuple[float, float]] = {
 }
 UNBOUNDED = (-math.inf, math.inf)
 
+# every verdict a claims row can carry ('consistent': an upper bound not contradicted; 'descriptive':
+# a measured rate the theory does not bound, reported without a verdict)
+VERDICTS = ("holds", "does not hold", "consistent", "inconclusive", "descriptive")
+
 VERDICT_RULE = (
     f"A claim is tested on a {CONFIDENCE:.0%} interval over seeds (estimate -+ Student t quantile x standard error: "
     f"s / sqrt(k) with k - 1 degrees of freedom for means, a bootstrap standard error with Welch-Satterthwaite "
