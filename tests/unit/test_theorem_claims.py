@@ -1,0 +1,257 @@
+"""Claims as the theorem states them (issue 14), on synthetic inputs with known answers: the theorem's
+targets 1 - exp(-c D) on the minimum over queries, the one-sided "at most D^3" verdict, exponential
+against power-law concentration at kappa D^3 steps, batch as a factor, stability; and the minimum
+over queries recorded by the trainer against a direct computation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from groupsparse.analysis.claims import analyse, batch_claims, stability_claims
+from groupsparse.analysis.scaling_laws import Settings, crossing_times, theorem_target
+from groupsparse.analysis.stats import Prediction, verdict
+from groupsparse.study import expand
+
+from conftest import tiny_config
+from conftest import tiny_spec as tiny
+
+
+def min_attention_runs(rest, D_grid=(4, 6, 8, 12, 16), seeds=4, noise=0.02, d=10, budget=None, seed=0, **extra):
+    """Trajectories whose 1 - min over queries of S[j*, j] is ``rest(t, D)`` times seed noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for D in D_grid:
+        last = budget or int(4 * D**3)
+        steps = np.unique(np.r_[0, np.round(np.geomspace(1, last, 400))]).astype(int)
+        for s in range(seeds):
+            scale = math.exp(noise * rng.standard_normal())
+            r = np.clip(rest(steps / scale, D), 1e-300, 1)
+            for st, rr in zip(steps, r):
+                rows.append(
+                    {
+                        "run": f"scale_d{d}_D{D}",
+                        "role": "scaling",
+                        "variant": "",
+                        "d": d,
+                        "D": D,
+                        "seed": s,
+                        "step": int(st),
+                        "eval_loss": 0.1,
+                        "attention_on_relevant": 1 - rr / 2,
+                        "attention_min_on_relevant": 1 - rr,
+                        "cos_v1_vstar": 1.0,
+                        "status": "ok",
+                        **extra,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def power_time(a):
+    """1 - min = exp(-t / D^(a - 1)): reaches 1 - exp(-c D) at t = c D^a, an exact exponent a for every c."""
+    return lambda t, D: np.exp(-t / D ** (a - 1))
+
+
+SETTINGS = Settings(n_boot=400, loss_target=None, thresholds=(0.5,), target_c=(0.1, 0.2, 0.3), kappas=(0.5, 1, 2))
+
+
+def theorem_claim(a, c):
+    rows = a.claims[a.claims["claim"].str.contains(f"1 - exp(-{c:g} D) grow at most like D^3", regex=False)]
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+def test_theorem_target_is_the_d_dependent_level_on_the_minimum():
+    traj = min_attention_runs(power_time(3.0), D_grid=(4, 8), seeds=1, noise=0)
+    cr = crossing_times(traj, thresholds=(), target_c=(0.2,))
+    assert set(cr["quantity"]) == {"attention_min_on_relevant"}
+    for _, row in cr.iterrows():
+        assert row["threshold"] == pytest.approx(theorem_target(0.2, row["D"]))
+        assert row["step"] == pytest.approx(0.2 * row["D"] ** 3, rel=0.02)  # t = c D^a, a = 3
+
+
+@pytest.mark.parametrize("exponent", [2.5, 3.0])
+def test_an_exponent_at_most_3_is_consistent_with_the_bound(exponent):
+    a = analyse(min_attention_runs(power_time(exponent)), None, SETTINGS)
+    for c in (0.1, 0.2, 0.3):
+        row = theorem_claim(a, c)
+        assert row["measured"] == pytest.approx(exponent, abs=0.05)
+        assert row["verdict"] == "consistent" and row["high"] == math.inf
+        assert row["low"] < row["measured"]  # the one-sided lower bound
+        assert "local slopes" in row["config"]
+
+
+def test_an_exponent_above_3_exceeds_the_bound():
+    a = analyse(min_attention_runs(power_time(3.8)), None, SETTINGS)
+    row = theorem_claim(a, 0.2)
+    assert row["measured"] == pytest.approx(3.8, abs=0.05)
+    assert row["verdict"] == "does not hold" and "exceeds 3 over the range measured" in row["why"]
+
+
+def test_the_one_sided_rule():
+    bound = Prediction("at_most", 3.0)
+    assert verdict(bound, 2.9, math.inf)[0] == "consistent"
+    assert verdict(bound, 3.1, math.inf)[0] == "does not hold"
+    assert verdict(bound, 3.1, math.inf, blocker="1 level(s) censored")[0] == "inconclusive"
+
+
+def test_a_target_not_reached_is_censored_and_inconclusive():
+    """c = 0.3 at D = 16 needs 0.3 x 16^3 = 1229 steps; a budget of 1000 censors that level."""
+    a = analyse(min_attention_runs(power_time(3.0), budget=1000), None, SETTINGS)
+    cr = a.crossings
+    assert cr[(cr["D"] == 16) & (cr["c"] == 0.3)]["censored"].all()
+    row = theorem_claim(a, 0.3)
+    assert row["verdict"] == "inconclusive" and "D=16" in row["why"]
+    assert theorem_claim(a, 0.1)["verdict"] == "consistent"  # 0.1 x 16^3 = 410 steps: within the budget
+
+
+def law_rows(a, kappa):
+    law = a.claims[a.claims["claim"].str.contains(f"at {kappa:g} D^3 steps: exponential law", regex=False)]
+    falls = a.claims[a.claims["claim"].str.contains(f"at {kappa:g} D^3 steps falls with D", regex=False)]
+    assert len(law) == 1 and len(falls) == 1
+    return law.iloc[0], falls.iloc[0]
+
+
+def test_exact_exponential_decay_at_kappa_d3_is_classified_exponential():
+    """1 - min = exp(-t / D^2): at t = kappa D^3 it is exp(-kappa D), exactly exponential in D."""
+    a = analyse(min_attention_runs(power_time(3.0), D_grid=(3, 4, 5, 6)), None, SETTINGS)
+    for kappa in (0.5, 1, 2):
+        law, falls = law_rows(a, kappa)
+        assert law["verdict"] == "holds" and "decision: exponential" in law["config"]
+        assert falls["verdict"] == "holds" and falls["measured"] == pytest.approx(-kappa, rel=0.1)
+
+
+def test_an_exact_power_law_is_classified_power():
+    """1 - min = 0.5 (t / D^3)^(-1/2) D^(-1): at kappa D^3 it is a power of D (exponent -1)."""
+    rest = lambda t, D: np.minimum(1.0, 0.5 * np.maximum(t / D**3, 1e-9) ** -0.5 / D)
+    a = analyse(min_attention_runs(rest), None, SETTINGS)
+    for kappa in (0.5, 1, 2):
+        law, falls = law_rows(a, kappa)
+        assert law["verdict"] == "does not hold" and "decision: power law" in law["config"]
+        assert falls["verdict"] == "holds"  # it falls with D, but as a power
+    fits = a.fits_table()
+    power = fits[(fits["analysis"] == "attention_concentration") & (fits["law"] == "power")]
+    assert np.allclose(power["slope"], -1.0, atol=0.02)
+
+
+def test_concentration_beyond_a_run_is_censored():
+    a = analyse(min_attention_runs(power_time(3.0), budget=2000), None, SETTINGS)
+    law, _ = law_rows(a, 2)  # 2 x 16^3 > 2000
+    assert law["verdict"] == "inconclusive" and "censored" in law["why"]
+
+
+def batch_runs(factor):
+    grid = min_attention_runs(power_time(3.0), D_grid=(16,), seed=1, batch=512)
+    other = min_attention_runs(lambda t, D: power_time(3.0)(t / factor, D), D_grid=(16,), seed=2, batch=1024)
+    other = other.assign(run="scale_d10_D16_batch1024", variant="batch1024")
+    return pd.concat([grid, other], ignore_index=True)
+
+
+def test_batch_that_does_not_move_the_times_holds_and_one_that_does_not():
+    same = batch_claims(crossing_times(batch_runs(1.0), thresholds=(0.9,), target_c=(0.1,)))
+    assert {r["verdict"] for r in same} == {"holds"} and len(same) == 2
+    moved = batch_claims(crossing_times(batch_runs(1.3), thresholds=(0.9,), target_c=(0.1,)))
+    theorem = [r for r in moved if "exp(-0.1 D)" in r["claim"]][0]
+    assert theorem["verdict"] == "does not hold" and theorem["measured"] == pytest.approx(math.log(1.3), abs=0.03)
+
+
+def stability_runs(rate_early, rate_late, seeds=3):
+    rows = []
+    for s in range(seeds):
+        for step in range(0, 1501, 25):
+            early = min(step, 500)
+            log_ratio = -14 + rate_early * early / 1000 + rate_late * max(step - 500, 0) / 1000 + 0.01 * s
+            rows.append(
+                {
+                    "run": "ablation_symmetry_breaking",
+                    "role": "ablation",
+                    "variant": "symmetry_breaking",
+                    "d": 10,
+                    "D": 10,
+                    "seed": s,
+                    "step": step,
+                    "status": "ok",
+                    "v1_norm": 2.0,
+                    "v2_norm": 2.0 * math.exp(log_ratio),
+                    "W_ff_norm": 1.0,
+                    "W_pp_norm": 0.0,
+                    "W_fp_norm": math.exp(log_ratio),
+                    "W_pf_norm": 0.0,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_a_growing_perturbation_is_unstable_and_a_decaying_one_stable():
+    rows = {
+        (r["claim"].split(",")[0], r["claim"].split(", ")[1].split(" ")[0]): r
+        for r in stability_claims(stability_runs(20.0, -0.5))
+    }
+    early = [r for k, r in rows.items() if k[1] == "early"]
+    late = [r for k, r in rows.items() if k[1] == "late"]
+    assert len(early) == 2 and len(late) == 2
+    assert all(r["verdict"] == "does not hold" and r["measured"] == pytest.approx(20.0, rel=0.01) for r in early)
+    assert all(r["verdict"] == "holds" and r["measured"] == pytest.approx(-0.5, rel=0.05) for r in late)
+
+
+def test_a_run_that_never_leaves_the_subspace_has_no_stability_row():
+    runs = stability_runs(20.0, -0.5).assign(v2_norm=0.0, W_fp_norm=0.0)
+    assert stability_claims(runs) == []
+
+
+def test_steps_per_d3_and_the_batch_check_expand_to_runs():
+    cfg = tiny_config()
+    cfg["scaling"] = {
+        "enabled": True,
+        "task": {"d": 4},
+        "d_grid": [4],
+        "D_grid": [4, 16],
+        "steps_per_D3": 1.5,
+        "pretrain": {"steps": 100},
+        "batch_check": {"d": 4, "D": 16, "batches": [32]},
+    }
+    runs = expand(cfg)
+    assert runs["scale_d4_D4"].spec["pretrain"]["steps"] == 100  # 1.5 x 64 = 96 < 100
+    assert runs["scale_d4_D16"].spec["pretrain"]["steps"] == math.ceil(1.5 * 16**3)
+    check = runs["scale_d4_D16_batch32"]
+    assert check.spec["pretrain"]["batch"] == 32 and check.spec["variant"] == "batch32" and check.role == "scaling"
+    assert check.spec["task_name"] == "scale_d4_D16"  # the grid run's tasks: a paired comparison
+    assert check.spec["pretrain"]["steps"] == runs["scale_d4_D16"].spec["pretrain"]["steps"]
+    assert not check.methods
+
+
+def test_min_over_queries_is_recorded_against_a_direct_computation():
+    from groupsparse.model import embed, forward
+    from groupsparse.pretrain import Trainer
+
+    spec = tiny(pretrain={"steps": 30, "eta": 0.5, "batch": 64, "eval_size": 256, "record_every": 30}, D=5)
+    trainer = Trainer(spec, [0, 1])
+    res = trainer.run()
+    last = res.trajectory[res.trajectory.step == 30].set_index("seed")
+    # the evaluation set is i.i.d.: its second half is not the mirror of the first
+    X = trainer.Z_eval[..., : spec.task.d]
+    assert not torch.allclose(X[:, 128:], -X[:, :128])
+    _, attn = forward(res.params, trainer.Z_eval, spec.model)  # (S, N, key, query)
+    mean = attn.mean(1)
+    for i, seed in enumerate([0, 1]):
+        j = int(res.tasks[i].j_star)
+        per_query = mean[i, j, :]
+        assert last.loc[seed, "attention_min_on_relevant"] == pytest.approx(float(per_query.min()), abs=1e-6)
+        assert last.loc[seed, "attention_on_relevant"] == pytest.approx(float(per_query.mean()), abs=1e-6)
+        assert last.loc[seed, "attention_min_on_relevant"] <= last.loc[seed, "attention_on_relevant"]
+    assert embed  # the embedding the trainer used is model.embed
+
+
+def test_min_over_queries_is_reproducible_per_seed():
+    from groupsparse.pretrain import Trainer
+
+    spec = tiny(pretrain={"steps": 10, "record_every": 5})
+    a = Trainer(spec, [0, 1]).run().trajectory
+    b = Trainer(spec, [1]).run().trajectory
+    col = "attention_min_on_relevant"
+    assert a[a.seed == 1][col].tolist() == b[col].tolist()
