@@ -85,7 +85,17 @@ def fit_panel(
             zorder=3,
         )
     used = f.used
-    ax.scatter(tx(f.x[used]), ty(f.y[used]), s=40, color="C0", label="level statistic", zorder=4)
+    # hollow, so the seeds under it stay visible
+    ax.scatter(
+        tx(f.x[used]),
+        ty(f.y[used]),
+        s=70,
+        facecolors="none",
+        edgecolors="C0",
+        lw=1.5,
+        label="level statistic",
+        zorder=4,
+    )
     if np.isfinite(f.slope):
         xs = np.linspace(f.x[used].min(), f.x[used].max(), 50)
         ax.plot(
@@ -168,7 +178,16 @@ def concentration_panel(ax, exp_rec: FitRecord, pow_rec: FitRecord, comparison: 
             zorder=3,
         )
     used = f.used
-    ax.scatter(f.x[used], np.exp(f.y[used]), s=40, color="C0", label="level mean (of log)", zorder=4)
+    ax.scatter(
+        f.x[used],
+        np.exp(f.y[used]),
+        s=70,
+        facecolors="none",
+        edgecolors="C0",
+        lw=1.5,
+        label="level mean (of log)",
+        zorder=4,
+    )
     if np.isfinite(f.slope) and used.sum() >= 2:
         D = np.linspace(f.x[used].min(), f.x[used].max(), 60)
         p = pow_rec.fit
