@@ -17,10 +17,9 @@ standard error** at :data:`CONFIDENCE`.
 * Intervals of bounded metrics (attention mass and accuracy in [0, 1], a cosine in [-1, 1], a
   loss or a norm >= 0) are clipped to the metric's range (:data:`METRIC_RANGES`).
 
-Censoring: n* (steps or samples until a target is reached) comes from :func:`first_crossing`
-alone; a curve that never reaches the target gives its last x as a lower bound and
-``reached = False``. Bootstrap generators are seeded by the analysis' identity, so reruns are
-identical.
+Censoring: n* (steps or samples until a target) comes from :func:`first_crossing` alone; a curve
+never reaching it gives its last x as a lower bound, ``reached = False``. Bootstraps are seeded by
+the analysis' identity, so reruns are identical.
 """
 
 from __future__ import annotations
@@ -62,25 +61,22 @@ METRIC_RANGES: dict[str, tuple[float, float]] = {
 }
 UNBOUNDED = (-math.inf, math.inf)
 
-# every verdict a claims row can carry ('consistent': an upper bound not contradicted; 'descriptive':
-# a measured rate the theory does not bound, reported without a verdict)
-VERDICTS = ("holds", "does not hold", "consistent", "inconclusive", "descriptive")
+VERDICTS = ("holds", "does not hold", "consistent", "inconclusive", "descriptive")  # see VERDICT_RULE
 
 VERDICT_RULE = (
-    f"A claim is tested on a {CONFIDENCE:.0%} interval over seeds (estimate -+ Student t quantile x standard error: "
-    f"s / sqrt(k) with k - 1 degrees of freedom for means, a bootstrap standard error with Welch-Satterthwaite "
-    f"degrees of freedom for slopes and n*; clipped to the metric's range). "
-    f"'inconclusive' whenever the data cannot decide: fewer than {MIN_LEVELS} levels in a fit, "
-    f"fewer than {MIN_SEEDS} seeds at a level, a level with censored data (threshold never reached), "
-    f"or under {MIN_VALID_BOOTSTRAP:.0%} of resamples usable. Otherwise, prediction 'equal v': holds if v "
-    f"lies in the interval and the interval is at most its tolerance wide (exponents: "
-    f"{EXPONENT_TOLERANCE}), does not hold if v lies outside, inconclusive if the interval is too wide; "
-    f"'greater than v': holds if the interval lies above v, does not hold if it lies below, else "
-    f"inconclusive; 'less than v': the mirror image. An upper bound 'at most v' (a theorem's sufficient time, "
-    f"e.g. T* = O(D^3)) is tested one-sided: 'does not hold' (exceeds v over the range measured) only if the "
-    f"one-sided {CONFIDENCE:.0%} lower bound (estimate - t_(dof, {CONFIDENCE}) x standard error) lies above v, "
-    f"else 'consistent' (not contradicted). Fixed-threshold rates the theory does not bound are 'descriptive': "
-    f"a measured rate with its interval and local slopes, no verdict."
+    f"A claim is tested on a {CONFIDENCE:.0%} interval over seeds (estimate -+ Student t quantile x standard "
+    f"error: s / sqrt(k) with k - 1 degrees of freedom for means, a bootstrap standard error with Welch-"
+    f"Satterthwaite degrees of freedom for slopes and n*; clipped to the metric's range). 'inconclusive' whenever "
+    f"the data cannot decide: fewer than {MIN_LEVELS} levels in a fit, fewer than {MIN_SEEDS} seeds at a level, a "
+    f"level with censored data (threshold never reached), or under {MIN_VALID_BOOTSTRAP:.0%} of resamples usable. "
+    f"Otherwise, prediction 'equal v': holds if v lies in the interval and the interval is at most its tolerance "
+    f"wide (exponents: {EXPONENT_TOLERANCE}), does not hold if v lies outside, inconclusive if the interval is too "
+    f"wide; 'greater than v': holds if the interval lies above v, does not hold if it lies below, else "
+    f"inconclusive; 'less than v': the mirror image. An upper bound 'at most v' (a theorem's sufficient time, e.g. "
+    f"T* = O(D^3)) is tested one-sided: 'does not hold' (exceeds v over the range measured) only if the one-sided "
+    f"{CONFIDENCE:.0%} lower bound (estimate - t_(dof, {CONFIDENCE}) x standard error) lies above v, else "
+    f"'consistent' (not contradicted). Fixed-threshold rates the theory does not bound are 'descriptive': a "
+    f"measured rate with its interval and local slopes, no verdict."
 )
 
 
@@ -153,11 +149,8 @@ def widen(point, boot: np.ndarray, k: int) -> np.ndarray:
 
 def one_sided_low(point: float, boot: np.ndarray, dof: float) -> float:
     """point - t_{dof} quantile (one-sided, at :data:`CONFIDENCE`) x the bootstrap standard error."""
-    boot = np.asarray(boot, dtype=float)
-    boot = boot[np.isfinite(boot)]
-    if dof < 1 or boot.size < 2 or not np.isfinite(point):
-        return math.nan
-    return point - float(sps.t.ppf(CONFIDENCE, dof)) * float(boot.std(ddof=1))
+    low, _ = t_interval(point, boot, dof)
+    return point - (point - low) * float(sps.t.ppf(CONFIDENCE, dof)) / t_quantile(dof)
 
 
 def t_interval(point: float, boot: np.ndarray, dof: float) -> tuple[float, float]:
@@ -175,9 +168,8 @@ def t_interval(point: float, boot: np.ndarray, dof: float) -> tuple[float, float
 
 @dataclass(frozen=True)
 class Prediction:
-    """What the theory says about a measured number: equal to, greater than or less than ``value``,
-    or an upper bound ``at_most`` (tested one-sided: contradicted only when the one-sided lower
-    bound lies above ``value``; the claim's ``low`` is then that one-sided bound, ``high`` inf)."""
+    """The theory on a number: equal to, greater or less than ``value``, or ``at_most`` it (one-sided:
+    ``low`` is then the one-sided lower bound, ``high`` inf)."""
 
     kind: str  # "equal" | "greater" | "less"
     value: float
@@ -206,11 +198,11 @@ def verdict(pred: Prediction, low: float, high: float, *, blocker: str = "") -> 
         if high - low > pred.tolerance:
             return "inconclusive", f"{v:g} inside {iv}, but the interval is wider than {pred.tolerance:g}"
         return "holds", f"{v:g} inside {iv}"
+    b = f"one-sided {CONFIDENCE:.0%} lower bound {low:.3g}"  # "at_most": low is that bound
+    if pred.kind == "at_most" and low > v:
+        return "does not hold", f"{b} exceeds {v:g} over the range measured"
     if pred.kind == "at_most":
-        bound = f"one-sided {CONFIDENCE:.0%} lower bound {low:.3g}"
-        if low > v:
-            return "does not hold", f"{bound} exceeds {v:g} over the range measured"
-        return "consistent", f"{bound} <= {v:g}: consistent with at most {v:g}"
+        return "consistent", f"{b} <= {v:g}: consistent with at most {v:g}"
     above, below = low > v, high < v
     if pred.kind == "greater":
         if above:
@@ -311,25 +303,6 @@ class Fit:
         order = np.argsort(xs)
         xs, ys = xs[order], ys[order]
         return [float((ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])) for i in range(xs.size - 1) if xs[i + 1] > xs[i]]
-
-    def one_sided_low(self) -> float:
-        """The slope's one-sided lower confidence bound (for an 'at most' prediction)."""
-        return one_sided_low(self.slope, self.boot_slope, self.dof)
-
-    def rss(self) -> float:
-        """Residual sum of squares of the fitted line through the used level statistics."""
-        xs, ys = self.x[self.used], self.y[self.used]
-        return float(((ys - self.intercept - self.slope * xs) ** 2).sum()) if xs.size else math.nan
-
-    def boot_rss(self, x: np.ndarray | None = None) -> np.ndarray:
-        """RSS of each resample's own line through its level statistics, against this fit's x (or
-        another ``x`` for the same levels: the same resamples then compare two laws)."""
-        xs = self.x[self.used] if x is None else np.asarray(x, dtype=float)[self.used]
-        Yb = self.boot_y
-        if not Yb.size:
-            return np.empty(0)
-        slope, intercept = _ols(xs, Yb)
-        return ((Yb - intercept[:, None] - slope[:, None] * xs[None]) ** 2).sum(axis=1)
 
     def blocker(self) -> str:
         """Why this fit cannot decide a claim ('' if it can), by :data:`VERDICT_RULE`."""

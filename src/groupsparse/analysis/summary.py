@@ -22,6 +22,7 @@ FINAL_METRICS = (
     "eval_loss",
     "eval_accuracy",
     "attention_on_relevant",
+    "attention_min_on_relevant",
     "cos_v1_vstar",
     "v1_norm",
     "v2_norm",
@@ -133,6 +134,8 @@ def pretrain_summary(traj: pd.DataFrame) -> pd.DataFrame:
             "wall_seconds": float(g["wall_seconds"].max()) if "wall_seconds" in g else math.nan,
         }
         for m in FINAL_METRICS:
+            if m not in ok:  # tables written before the column existed
+                continue
             mean, lo, hi = mean_interval(ok[m].to_numpy(float), METRIC_RANGES[m])
             row |= {f"{m}_mean": mean, f"{m}_ci_low": lo, f"{m}_ci_high": hi}
         rows.append(row)

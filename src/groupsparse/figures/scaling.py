@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.claims import Analysis
-from ..analysis.scaling_laws import ATTENTION_RESOLUTION, FitRecord, law_comparison
-from ..analysis.stats import CONFIDENCE
+from ..analysis.concentration import law_comparison, rss
+from ..analysis.scaling_laws import ATTENTION_RESOLUTION, FitRecord
+from ..analysis.stats import CONFIDENCE, one_sided_low
 from . import pyplot as _plt
 from . import save
 
@@ -149,8 +150,9 @@ def convergence_figure(records: list[FitRecord]):
             )
         else:
             f = rec.fit
+            low = one_sided_low(f.slope, f.boot_slope, f.dof)
             ax.set_title(
-                ax.get_title() + f"\none-sided {CONFIDENCE:.0%} lower bound {f.one_sided_low():.2f} (claim: at most 3)",
+                ax.get_title() + f"\none-sided {CONFIDENCE:.0%} lower bound {low:.2f} (claim: at most 3)",
                 fontsize=8,
             )
     fig.suptitle(
@@ -191,13 +193,13 @@ def concentration_panel(ax, exp_rec: FitRecord, pow_rec: FitRecord, comparison: 
     if np.isfinite(f.slope) and used.sum() >= 2:
         D = np.linspace(f.x[used].min(), f.x[used].max(), 60)
         p = pow_rec.fit
-        ax.plot(D, np.exp(f.intercept + f.slope * D), color="C1", label=f"exp: exp({f.slope:.3f} D), RSS {f.rss():.3g}")
+        ax.plot(D, np.exp(f.intercept + f.slope * D), color="C1", label=f"exp: exp({f.slope:.3f} D), RSS {rss(f):.3g}")
         ax.plot(
             D,
             np.exp(p.intercept + p.slope * np.log(D)),
             "--",
             color="C2",
-            label=f"power: D^{p.slope:.2f}, RSS {p.rss():.3g}",
+            label=f"power: D^{p.slope:.2f}, RSS {rss(p):.3g}",
         )
     ax.set_yscale("log")
     ax.set_xticks(np.unique(f.x), [f"{v:g}" for v in np.unique(f.x)])

@@ -1,0 +1,54 @@
+"""One claims-table row (STUDY.md section 7): the claim, the theory's prediction, the measurement and its verdict."""
+
+from __future__ import annotations
+
+import math
+
+from .stats import CONFIDENCE, Prediction, verdict
+
+
+def _claim(
+    claim: str,
+    theory: str,
+    pred: Prediction | None,
+    measured: float,
+    low: float,
+    high: float,
+    blocker: str,
+    config: str,
+    analysis: str,
+    n: int,
+    role: str = "scaling",
+    run: str = "",
+    settings: dict | None = None,
+) -> dict:
+    """One claims-table row; ``settings``: the varied settings it is about (d, D; NaN where a fit spans them)."""
+    v, why = verdict(pred, low, high, blocker=blocker) if pred else ("inconclusive", "no prediction")
+    return {
+        "claim": claim,
+        "theory": theory,
+        "prediction": _pred_text(pred),
+        "predicted_value": pred.value if pred else math.nan,
+        "measured": measured,
+        "low": low,
+        "high": high,
+        "confidence": CONFIDENCE,
+        "verdict": v,
+        "why": why,
+        "n": n,
+        "config": config,
+        "analysis": analysis,
+        "role": role,
+        "run": run,
+        "d": (settings or {}).get("d", math.nan),
+        "D": (settings or {}).get("D", math.nan),
+    }
+
+
+def _pred_text(pred: Prediction | None) -> str:
+    if pred is None:
+        return ""
+    if pred.kind == "equal":
+        width = f" (interval at most {pred.tolerance:g} wide)" if math.isfinite(pred.tolerance) else ""
+        return f"= {pred.value:g}{width}"
+    return f"{'>' if pred.kind == 'greater' else '<'} {pred.value:g}"
