@@ -329,15 +329,15 @@ class Interrupted(RuntimeError):
 
 
 class StopsAfter(Trainer):
-    """A trainer killed (as by a job time limit) when it draws its ``stop_at``-th batch."""
+    """A trainer killed (as by a job time limit) when it draws its ``stop_at``-th batch (``run`` draws with ``draw``)."""
 
     stop_at = 25
 
-    def batch(self):
+    def draw(self):
         self.drawn = getattr(self, "drawn", 0) + 1
         if self.drawn == self.stop_at:
             raise Interrupted(f"killed at batch {self.drawn}")
-        return super().batch()
+        return super().draw()
 
 
 def test_resume_after_interruption_is_bit_identical(tmp_path):
@@ -508,8 +508,8 @@ class InfGradientAt(Trainer):
 
     bad_step = 3
 
-    def loss_and_grads(self, Z, y):
-        loss, grads = super().loss_and_grads(Z, y)
+    def step_grads(self, drawn):  # run's gradients (loss_and_grads off the fast path)
+        loss, grads = super().step_grads(drawn)
         self.calls = getattr(self, "calls", 0) + 1
         if self.calls == self.bad_step + 1:
             grads = dict(grads, v=grads["v"].clone())
