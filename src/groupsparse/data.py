@@ -45,8 +45,7 @@ class GroupSparseTask:
         m = Xi.shape[-1]
         X = Xi.permute(2, 1, 0)
         if not antithetic:
-            return X.to(dtype=dtype, device=device, memory_format=torch.contiguous_format), \
-                y.to(dtype=dtype, device=device)
+            return X.to(dtype=dtype, device=device).contiguous(), y.to(dtype=dtype, device=device)
         # cast once, then mirror: -round(x) == round(-x), so this equals casting cat([X, -X])
         out = torch.empty((n, self.spec.D, self.spec.d), dtype=dtype, device=Xi.device)
         out[:m].copy_(X)
@@ -66,10 +65,17 @@ class GroupSparseTask:
             raise ValueError(f"antithetic sampling needs an even sample count, got n={n}")
         spec = self.spec
         m = n // 2 if antithetic else n
-        X = _draw_features(spec, m, gen, dtype)
-        v = self.directions.to(dtype=dtype, device=X.device)
-        rel = self.relevant.to(X.device)
-        clean = torch.sign(torch.einsum("kdb,kd->b", X[:, rel, :].transpose(0, 1), v))
+        rel = self.relevant.to(gen.device)
+        if dtype == torch.float64:
+            # float64: the samples of earlier versions, bit for bit (drawn sample by sample, then
+            # laid out), so the study's float64 results (scaling grid, ablations) stand as they were
+            Xs = _draw_features(spec, m, gen, dtype, inner=False)
+            clean = torch.sign(torch.einsum("bkd,kd->b", Xs[:, rel, :], self.directions.to(Xs.device)))
+            X = Xs.permute(2, 1, 0).contiguous()
+        else:
+            X = _draw_features(spec, m, gen, dtype, inner=True)
+            v = self.directions.to(dtype=dtype, device=X.device)
+            clean = torch.sign(torch.einsum("kdb,kd->b", X[:, rel, :].transpose(0, 1), v))
         clean[clean == 0] = 1.0
         y = clean
         if spec.label_noise > 0:
@@ -128,9 +134,12 @@ def _box_muller_blocks(u: torch.Tensor) -> None:
         torch.mul(radius, torch.sin(theta), out=blocks[:, 1])
 
 
-def _draw_features(spec: TaskSpec, m: int, gen: torch.Generator, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """m samples' features, (d, D, m) [coordinate, group, sample], drawn in ``dtype`` on gen's device."""
-    shape = (spec.d, spec.D, m)
+def _draw_features(spec: TaskSpec, m: int, gen: torch.Generator, dtype: torch.dtype = torch.float64,
+                   inner: bool = True) -> torch.Tensor:
+    """m samples' features drawn in ``dtype`` on gen's device: (d, D, m) [coordinate, group, sample]
+    with ``inner``, else (m, D, d) [sample, group, coordinate] (the order float64 draws keep)."""
+    d, D = spec.d, spec.D
+    shape = (d, D, m) if inner else (m, D, d)
     new = dict(dtype=dtype, device=gen.device)
     if spec.features == "gaussian":
         X = standard_normal(shape, gen, dtype)
@@ -138,15 +147,15 @@ def _draw_features(spec: TaskSpec, m: int, gen: torch.Generator, dtype: torch.dt
     if spec.features == "correlated":
         # Equicorrelated coordinates within a group: Cov = sigma^2 ((1-rho) I + rho 11^T).
         rho = spec.feature_rho
-        cov = (1 - rho) * torch.eye(spec.d, dtype=torch.float64) + rho * torch.ones(spec.d, spec.d, dtype=torch.float64)
+        cov = (1 - rho) * torch.eye(d, dtype=torch.float64) + rho * torch.ones(d, d, dtype=torch.float64)
         chol = torch.linalg.cholesky(cov).to(**new)
         z = standard_normal(shape, gen, dtype)
-        return (spec.sigma_x * chol @ z.view(spec.d, -1)).view(shape)
+        return (spec.sigma_x * chol @ z.view(d, -1)).view(shape) if inner else spec.sigma_x * z @ chol.T
     if spec.features == "student_t":
         # t = z / sqrt(chi2_nu / nu), rescaled to variance sigma^2 (var of t_nu is nu/(nu-2)).
         nu = spec.student_dof
         z = standard_normal(shape, gen, dtype)
-        chi2 = 2.0 * torch._standard_gamma(torch.full((1, spec.D, m), nu / 2, **new), generator=gen)
+        chi2 = 2.0 * torch._standard_gamma(torch.full((1, D, m) if inner else (m, D, 1), nu / 2, **new), generator=gen)
         return spec.sigma_x * z / torch.sqrt(chi2 / nu) / math.sqrt(nu / (nu - 2))
     raise ValueError(f"task.features: unknown law {spec.features!r}")
 
