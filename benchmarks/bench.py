@@ -23,7 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TARGETS = {"speedup": 4.0, "ceiling_fraction": 0.30, "overhead": 1.3, "peak_gib": 2.0, "study_minutes": 15.0}
+TARGETS = {"speedup": 4.0, "ceiling_fraction": 0.30, "large_ceiling_fraction": 0.50, "overhead": 1.3, "peak_gib": 2.0,
+           "study_minutes": 15.0}
+LARGEST = {"d": 40, "D": 64, "dtype": "float64", "batch": 1024}   # configs/scaling.yaml's largest point
+SWEEP_D, SWEEP_d = (4, 8, 16, 32, 64), (10, 40)
 AGREE_TOL = {"eval_loss": 1e-3, "attention_on_relevant": 1e-3, "eval_accuracy": 2e-3, "cos_v1_vstar": 1e-3}
 
 
@@ -120,10 +123,10 @@ def make_reference(torch, spec, seed: int, dtype, fresh_data: bool = True):
 
 
 # -- 2./3. pretraining throughput -----------------------------------------------------------------
-def run_spec(dtype: str, steps: int = 3000, **pretrain):
+def run_spec(dtype: str, steps: int = 3000, task: dict | None = None, pretrain: dict | None = None, **more):
     from groupsparse.specs import RunSpec
-    return RunSpec.from_dict({"study_seed": 20250411, "task_name": "bench", "dtype": dtype,
-                              "pretrain": {"steps": steps, **pretrain}})
+    return RunSpec.from_dict({"study_seed": 20250411, "task_name": "bench", "dtype": dtype, "task": task or {},
+                              "pretrain": {"steps": steps, **(pretrain or {}), **more}})
 
 
 def project_step_fn(torch, spec, seeds):
@@ -132,10 +135,8 @@ def project_step_fn(torch, spec, seeds):
     active = torch.ones(len(seeds), dtype=torch.bool)
 
     def block(steps):
-        for _ in range(steps):
-            X, y = trainer.batch()
-            _, grads = trainer.loss_and_grads(X, y)
-            trainer.descend(grads, active)
+        for _ in range(steps):  # what Trainer.run does per step, without the recording
+            trainer.step(active)
     return trainer, block
 
 
@@ -183,12 +184,12 @@ def compute_only(torch, table, args, ceilings):
     spec = run_spec("float32")
     seeds = list(range(5))
     trainer, _ = project_step_fn(torch, spec, seeds)
-    X, y = trainer.batch()
+    drawn = trainer.draw()
     active = torch.ones(len(seeds), dtype=torch.bool)
 
     def project(steps):
         for _ in range(steps):
-            trainer.descend(trainer.loss_and_grads(X, y)[1], active)
+            trainer.descend(trainer.step_grads(drawn)[1], active)
     refs = [make_reference(torch, spec, s, torch.float32, fresh_data=False) for s in seeds]
     reference = functools.partial(run_one_seed_at_a_time, refs)
     project(2)
@@ -236,9 +237,12 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
         "fast kernel": lambda: fast(halves, y[:, :H], True),
         "draw 5 batches: torch.randn float64": lambda: [torch.randn(H, D, d, generator=g, dtype=torch.float64)
                                                          for g in gens],
-        "draw 5 batches: data.standard_normal": lambda: [standard_normal((H, D, d), g) for g in gens],
-        "draw 5 batches: torch.randn float32 (not used)": lambda: [
-            torch.randn(H, D, d, generator=g, dtype=torch.float32) for g in gens],
+        "draw 5 batches: data.standard_normal float64 (float64 runs)": lambda: [
+            standard_normal((H, D, d), g) for g in gens],
+        "draw 5 batches: data.standard_normal float32 (float32 runs)": lambda: [
+            standard_normal((d, D, H), g, torch.float32) for g in gens],
+        "draw 5 batches + labels: task.sample_inner float32 (float32 runs)": lambda: [
+            t.sample_inner(B, g, dtype=torch.float32) for t, g in zip(tasks, gens)],
     }
     for fn in fns.values():
         fn()
@@ -305,9 +309,12 @@ def agreement_section(torch, table, args):
     for dtype in ("float32", "float64"):
         spec = run_spec(dtype, steps=args.agree_steps)
         t0 = time.perf_counter()
-        res[dtype] = Trainer(spec, list(range(5))).run()
+        # the float64 run is fed the float32 run's samples (drawn in float32, cast up): the comparison
+        # isolates the arithmetic's precision; a float64 run of the study draws float64 normals
+        res[dtype] = Trainer(spec, list(range(5)), draw_dtype=torch.float32).run()
         wall = time.perf_counter() - t0
-        table.add("run", f"Trainer.run, 5 seeds x {args.agree_steps} steps, {dtype}", wall, "s",
+        table.add("run", f"Trainer.run, 5 seeds x {args.agree_steps} steps, {dtype}"
+                  + (" (float32 samples)" if dtype == "float64" else ""), wall, "s",
                   note="whole run: steps, evaluation and recording")
     a, b = (res[k].trajectory.set_index(["seed", "step"]) for k in ("float32", "float64"))
     ok_all = True
@@ -320,6 +327,147 @@ def agreement_section(torch, table, args):
     final = b.groupby("seed").tail(1)
     table.add("agree", "float64 final attention on j* (mean over seeds)",
               float(final["attention_on_relevant"].mean()), "", note="context for the differences above")
+    return ok_all
+
+
+# -- the data draw's generator -----------------------------------------------------------------------
+def generator_section(torch, table, args) -> bool:
+    """torch's CPU generator (mt19937 + Box-Muller) against numpy's PCG64 (+ ziggurat), float32 and
+    float64: speed on the default batch (5 seeds x 1024 x 10 x 10 values) and a statistical sanity
+    check on one large sample each: the first four moments and a Kolmogorov-Smirnov test against N(0, 1)."""
+    import numpy as np
+    from scipy import stats
+
+    from groupsparse.data import standard_normal
+    shape, S = (10, 10, 1024), 5
+    tg = torch.Generator().manual_seed(12345)
+    ng = np.random.default_rng(12345)
+    fns = {
+        "torch float32 (torch.randn: mt19937, vectorised Box-Muller)":
+            lambda: [standard_normal(shape, tg, torch.float32) for _ in range(S)],
+        "numpy float32 (PCG64, ziggurat)": lambda: [torch.from_numpy(ng.standard_normal(shape, dtype=np.float32))
+                                                    for _ in range(S)],
+        "torch float64 (data.standard_normal: mt19937, Box-Muller)":
+            lambda: [standard_normal(shape, tg, torch.float64) for _ in range(S)],
+        "numpy float64 (PCG64, ziggurat)": lambda: [torch.from_numpy(ng.standard_normal(shape)) for _ in range(S)],
+    }
+    for fn in fns.values():
+        fn()
+    ts = timed_blocks(fns, max(args.repeats * 4, 8))
+    n_values = S * 10 * 10 * 1024
+    N = 1 << (20 if args.quick else 22)
+    samples = {
+        "torch float32 (torch.randn: mt19937, vectorised Box-Muller)": standard_normal((N,), tg, torch.float32).numpy(),
+        "numpy float32 (PCG64, ziggurat)": ng.standard_normal(N, dtype=np.float32),
+        "torch float64 (data.standard_normal: mt19937, Box-Muller)": standard_normal((N,), tg, torch.float64).numpy(),
+        "numpy float64 (PCG64, ziggurat)": ng.standard_normal(N),
+    }
+    fastest = min(ts, key=lambda k: min(ts[k]))
+    ok_all = True
+    for name in fns:
+        best, med = best_median(ts[name])
+        x = samples[name].astype(np.float64)
+        m, v = x.mean(), x.var()
+        sk, ku = stats.skew(x), stats.kurtosis(x)
+        ks = stats.kstest(x, "norm")
+        # 5 standard errors for the moments of N(0, 1); KS at the 0.001 level
+        ok = (abs(m) < 5 / N ** 0.5 and abs(v - 1) < 5 * (2 / N) ** 0.5 and abs(sk) < 5 * (6 / N) ** 0.5
+              and abs(ku) < 5 * (24 / N) ** 0.5 and ks.pvalue > 1e-3)
+        ok_all &= ok
+        table.add("generator", name, best / n_values * 1e9, "ns/value", ratio="PASS" if ok else "FAIL",
+                  note=f"median {med / n_values * 1e9:.2f}; N={N}: mean {m:+.1e}, var-1 {v - 1:+.1e}, "
+                       f"skew {sk:+.1e}, ex.kurt {ku:+.1e}, KS D {ks.statistic:.1e} p {ks.pvalue:.2f}, "
+                       f"max|z| {abs(x).max():.2f}" + ("; fastest" if name == fastest else ""))
+    return ok_all
+
+
+# -- large D: step time against D, the largest scaling point ------------------------------------------
+def sweep_section(torch, table, args, ceilings) -> float | None:
+    """Trainer.step() (draw, kernel, descent) for one seed, float64, batch 1024 (the scaling grid's), at
+    d in SWEEP_d and D in SWEEP_D, beside the FLOP model. Returns the largest point's fraction of the
+    float64 GEMM ceiling (dense FLOP count), or None if it was not in the sweep."""
+    from groupsparse.fastpath import dense_flops, kernel_flops
+    dtype, B = LARGEST["dtype"], LARGEST["batch"]
+    times = {}
+    for d in SWEEP_d:
+        for D in SWEEP_D:
+            spec = run_spec(dtype, task={"d": d, "D": D}, pretrain={"batch": B, "eval_size": 256})
+            trainer, block = project_step_fn(torch, spec, [0])
+            block(1)
+            steps = max(1, min(args.steps, int(2e9 // dense_flops(B, D, d)) or 1))
+            ts = timed_blocks({"step": lambda: block(steps)}, max(2, args.repeats // 2))["step"]
+            times[(d, D)] = (min(ts) / steps, statistics.median(ts) / steps)
+    ref = (SWEEP_d[-1], SWEEP_D[-1])
+    per_kflop = times[ref][0] / kernel_flops(B, ref[1], ref[0])   # seconds per kernel FLOP at the largest point
+    fraction = None
+    for (d, D), (best, med) in times.items():
+        dense, kern = dense_flops(B, D, d), kernel_flops(B, D, d)
+        model = kern * per_kflop
+        table.add("large D", f"step, 1 seed, {dtype}, batch {B}, d = {d}, D = {D}", best * 1e3, "ms",
+                  dense / best / 1e9, ceilings[dtype], ratio=best / model,
+                  note=f"median {med * 1e3:.1f} ms; dense {dense / 1e9:.3f} GFLOP, kernel model "
+                       f"{kern / 1e9:.3f} GFLOP; ratio = time / (kernel FLOPs x the d = {ref[0]}, D = {ref[1]} rate)")
+        if (d, D) == (LARGEST["d"], LARGEST["D"]):
+            fraction = dense / best / 1e9 / ceilings[dtype]
+    return fraction
+
+
+# -- peak memory of the default study's pretraining jobs -----------------------------------------------------
+_MEMORY_JOB = r"""
+import json, sys, torch
+torch.set_num_threads(1)
+from groupsparse.pretrain import Trainer
+from groupsparse.specs import RunSpec
+spec, seeds, steps = RunSpec.from_dict(json.loads(sys.argv[1])), json.loads(sys.argv[2]), int(sys.argv[3])
+t = Trainer(spec, seeds)
+active = torch.ones(len(seeds), dtype=torch.bool)
+for step in range(steps):
+    loss = t.step(active)
+    t.metrics(step, loss, active)
+    t.mean_attention(step, active)
+# VmHWM: this process's peak RSS (ru_maxrss would carry the parent's RSS over fork + exec)
+print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")))
+"""
+
+
+def memory_section(table, args, config_path: Path) -> bool:
+    """Peak RSS of every pretraining job of the default study (one job per distinct shape, a few steps with
+    recording, in a fresh process). Transfer jobs are judged from a finished run by --orchestration."""
+    import json
+    import os
+    import subprocess
+
+    import yaml
+
+    from groupsparse.study import expand
+    runs = expand(yaml.safe_load(config_path.read_text()))
+    jobs = {}
+    for run in runs.values():
+        for chunk in run.chunks:
+            seeds = run.chunk_seeds(chunk)
+            sp = run.spec
+            key = json.dumps([sp.get("task"), sp.get("dtype"), sp.get("pretrain", {}).get("batch"),
+                              sp.get("pretrain", {}).get("eval_size"), len(seeds), sp.get("model")], sort_keys=True)
+            jobs.setdefault(key, (run.name, sp, seeds))
+    ok_all = True
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1] / "src"),
+                                                                      os.environ.get("PYTHONPATH")]))}
+    for name, sp, seeds in jobs.values():
+        out = subprocess.run([sys.executable, "-c", _MEMORY_JOB, json.dumps(sp), json.dumps(seeds), "3"],
+                             capture_output=True, text=True, env=env, cwd=config_path.parent)
+        if out.returncode != 0:
+            table.add("memory", f"pretraining job {name} ({len(seeds)} seeds)", "-", ratio="FAIL",
+                      note=f"failed: {out.stderr.strip().splitlines()[-1][:100] if out.stderr.strip() else out.returncode}")
+            ok_all = False
+            continue
+        gib = int(out.stdout.split()[-1]) / 1024 ** 2
+        ok = gib <= TARGETS["peak_gib"]
+        ok_all &= ok
+        t = sp.get("task", {})
+        table.add("memory", f"pretraining job {name} ({len(seeds)} seeds, d = {t.get('d')}, D = {t.get('D')}, "
+                            f"{sp.get('dtype')})", gib, "GiB", ratio="PASS" if ok else "FAIL",
+                  note=f"peak RSS (VmHWM) of a fresh process, 3 recorded steps; target <= {TARGETS['peak_gib']:g} GiB")
+    table.add("memory", "transfer jobs", "-", note="not measured here: --orchestration RESULTS reads every job's max_rss")
     return ok_all
 
 
@@ -408,8 +556,11 @@ def main(argv=None) -> int:
                     help="steps of the float32/float64 runs (default 3000, the study's; quick 100)")
     ap.add_argument("--transfer-pretrain-steps", type=int, default=300,
                     help="pretraining steps of the checkpoint the transfer fits start from")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["kernel", "compile", "agree", "transfer"],
-                    help="sections to leave out")
+    ap.add_argument("--skip", nargs="*", default=[],
+                    choices=["kernel", "generator", "large", "memory", "compile", "agree", "transfer"],
+                    help="sections to leave out (a skipped section's targets are not judged)")
+    ap.add_argument("--config", type=Path, default=Path(__file__).resolve().parents[1] / "config.yaml",
+                    help="study config whose pretraining jobs the memory section runs (default: config.yaml)")
     ap.add_argument("--markdown", type=Path, default=None, help="also write the table as Markdown here")
     ap.add_argument("--orchestration", type=Path, default=None, metavar="RESULTS",
                     help="instead: judge a finished study from RESULTS/benchmarks/**/*.tsv and --wall-seconds")
@@ -424,8 +575,8 @@ def main(argv=None) -> int:
             ap.error("--orchestration needs --wall-seconds N (the study's wall time, > 0)")
         if not args.orchestration.is_dir():
             ap.error(f"--orchestration: {args.orchestration} is not a directory")
-        ok = orchestration(table, args.orchestration, args.wall_seconds, args.cores or os.cpu_count() or 1)
-        return _finish(table, args)
+        orchestration(table, args.orchestration, args.wall_seconds, args.cores or os.cpu_count() or 1)
+        return _finish(table, args)  # exits 1 on any FAIL row
 
     # short blocks, many of them: on a shared machine the best block is the one nobody disturbed
     args.steps = args.steps or (2 if args.quick else 5)
@@ -454,23 +605,33 @@ def main(argv=None) -> int:
     if "kernel" not in args.skip:
         kernel_section(torch, table, args, "freed memory kept" if tuned else "allocator unchanged (not glibc)",
                        ceilings)
+    if "generator" not in args.skip:
+        generator_section(torch, table, args)
 
     results = pretraining_section(torch, table, args, ceilings)
     checks = []
     ratio = results[("reference", "float32", 5)] / results[("project", "float32", 5)]
     gflops = 5 * _dense(run_spec("float32")) / results[("project", "float32", 5)] / 1e9
-    checks.append(("project / reference, 5 seeds, float32", ratio, TARGETS["speedup"], "x"))
-    checks.append(("achieved / GEMM ceiling, 5 seeds, float32", gflops / ceilings["float32"],
+    checks.append(("project / reference, 5 seeds, float32, d = D = 10, batch 2048", ratio, TARGETS["speedup"], "x"))
+    checks.append(("achieved / float32 GEMM ceiling, 5 seeds, d = D = 10, batch 2048", gflops / ceilings["float32"],
                    TARGETS["ceiling_fraction"], ""))
+    if "large" not in args.skip:
+        fraction = sweep_section(torch, table, args, ceilings)
+        checks.append((f"achieved / float64 GEMM ceiling at d = {LARGEST['d']}, D = {LARGEST['D']} "
+                       f"(batch {LARGEST['batch']})", fraction, TARGETS["large_ceiling_fraction"], ""))
+    if "memory" not in args.skip:
+        memory_section(table, args, args.config)
     if "compile" not in args.skip:
         compile_section(torch, table, args)
-    agree_ok = True
     if "agree" not in args.skip:
-        agree_ok = agreement_section(torch, table, args)
+        agreement_section(torch, table, args)
     if "transfer" not in args.skip:
         transfer_section(torch, table, args)
     for name, value, target, unit in checks:
         table.add("target", name, value, unit, ratio="PASS" if value >= target else "FAIL", note=f"target >= {target:g}")
+    table.add("target", "orchestration overhead, peak memory of transfer jobs", "-",
+              note=f"judged by --orchestration RESULTS --wall-seconds N (targets <= {TARGETS['overhead']:g}x, "
+                   f"<= {TARGETS['peak_gib']:g} GiB)")
     return _finish(table, args)
 
 
@@ -495,7 +656,10 @@ def _finish(table: Table, args) -> int:
     print("\n" + md)
     if args.markdown:
         args.markdown.write_text(md + "\n")
-    return 0
+    failed = [r[1] for r in table.rows if r[6] == "FAIL"]
+    passed = sum(r[6] == "PASS" for r in table.rows)
+    print(f"\n{passed} PASS, {len(failed)} FAIL" + ("".join(f"\n  FAIL: {f}" for f in failed)))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -312,14 +312,26 @@ def test_batched_seeds_equal_single_seed_runs(dtype, gradient, model):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("gradient", ["closed_form", "autograd"])
 def test_cuda_run_matches_cpu_run(gradient):
-    """device: cuda trains the same seeds to the same numbers (float64; kernels differ, so not bitwise)."""
+    """device: cuda computes the CPU's numbers on the same samples (float64; kernels differ, so not bitwise).
+    A cuda run draws its samples on the device (reproducible per config, dtype and device), so the CPU
+    trainer's batches are fed to both here; then a whole run on the device, recording included."""
     raw = tiny_raw(pretrain={"steps": 30, "gradient": gradient}, dtype="float64")
-    cpu = Trainer(RunSpec.from_dict(raw), [0, 1]).run()
-    gpu = Trainer(RunSpec.from_dict({**raw, "device": "cuda"}), [0, 1]).run()
+    cpu = Trainer(RunSpec.from_dict(raw), [0, 1])
+    gpu = Trainer(RunSpec.from_dict({**raw, "device": "cuda"}), [0, 1])
+    active = torch.ones(2, dtype=torch.bool)
+    for _ in range(30):
+        X, y = cpu.batch()
+        loss_c, grads_c = cpu.loss_and_grads(X, y)
+        loss_g, grads_g = gpu.loss_and_grads(X.cuda(), y.cuda())
+        torch.testing.assert_close(loss_g.cpu(), loss_c, rtol=1e-9, atol=1e-12)
+        cpu.descend(grads_c, active)
+        gpu.descend(grads_g, active)
     for k in cpu.params:
         assert gpu.params[k].device.type == "cuda"
         torch.testing.assert_close(gpu.params[k].cpu(), cpu.params[k], rtol=1e-9, atol=1e-12)
-    pd.testing.assert_frame_equal(drop_timing(gpu.trajectory), drop_timing(cpu.trajectory), rtol=1e-9, atol=1e-12)
+    run = Trainer(RunSpec.from_dict({**raw, "device": "cuda"}), [0, 1]).run()
+    assert run.status == ["ok", "ok"] and run.params["v"].device.type == "cuda"
+    assert run.trajectory[["eval_loss", "attention_on_relevant"]].notna().all().all()
 
 
 # --- resume, checkpoints, tables -------------------------------------------------------------

@@ -32,6 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 LOG2E = 1.4426950408889634
+# The two per-sample contractions over d or D (the quadratic score block and its gradient) as a loop of
+# elementwise multiply-adds (fast on a CPU: contiguous, no copies) or as one batched matmul (einsum: on a
+# GPU the loop would be d + D kernel launches per seed and step). None: einsum off the CPU only.
+BATCHED_CONTRACTIONS: bool | None = None
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _allocator_tuned = False
 
@@ -40,6 +44,18 @@ def dense_flops(B: int, D: int, d: int) -> int:
     """GEMM FLOPs of one seed's step by the dense formula (see the module docstring)."""
     m = d + D
     return 4 * B * D * m * (m + D)
+
+
+def kernel_flops(B: int, D: int, d: int, antithetic: bool = True) -> int:
+    """A FLOP model of what ``seed_loss_and_grads`` executes for one seed and step (elementwise ops counted).
+
+    Per sample of the H = B/2 (antithetic) or B it is given: the two GEMMs with X,
+    2 d D (d + 2D + 1) and 2 d D (d + D + 1); the quadratic block, its gradient T and V,
+    2 d D^2 each; about 16 elementwise passes over the (M, D, D) scores, M = 2 mirror halves
+    with ``antithetic`` (softmax, values, dL/dA). The dense formula's count is ``dense_flops``.
+    """
+    H, M = (B // 2, 2) if antithetic else (B, 1)
+    return H * (2 * d * D * (2 * d + 3 * D + 2) + 6 * d * D * D + 16 * M * D * D)
 
 
 def keep_freed_memory() -> bool:
@@ -161,9 +177,12 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
         K[d].copy_(gr[0])
         even_gr = gr[0]
     T = K[:d]
-    torch.mul(X[:, 0, None, :], even_gG[0, None, :, :], out=T)
-    for i in range(1, D):
-        T.addcmul_(X[:, i, None, :], even_gG[i, None, :, :])
+    if _batched(X):
+        T.copy_(torch.einsum("kib,ijb->kjb", X, even_gG))
+    else:
+        torch.mul(X[:, 0, None, :], even_gG[0, None, :, :], out=T)
+        for i in range(1, D):
+            T.addcmul_(X[:, i, None, :], even_gG[i, None, :, :])
     KX = K.view(d + 1 + D, D * H) @ Xf.T
     if antithetic:   # sum_{i,b} x_{b,i,k} gG_odd[i, j, b]: one (d x H) @ (H x D) product per key i
         V = (X.transpose(0, 1) @ odd_gG.transpose(1, 2)).sum(0)
@@ -181,6 +200,10 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
     return loss, gW, gv
 
 
+def _batched(X: torch.Tensor) -> bool:
+    return X.device.type != "cpu" if BATCHED_CONTRACTIONS is None else BATCHED_CONTRACTIONS
+
+
 def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
     """Attention (M, D, D, H) [half, key i, query j, b] and values u = v . z_i (M, D, H)."""
     d, D, H = X.shape
@@ -195,9 +218,12 @@ def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
     Wcat = torch.cat([Ws[:d, :d], Ws[:d, d:] @ Pt, Ws[d:, :d].T @ Pt, v[:d, None]], dim=1)
     R = (Wcat.T @ X.reshape(d, D * H)).view(d + 2 * D + 1, D, H)
     odd = R[d + D:d + 2 * D] + R[d:d + D].transpose(0, 1)        # [i, j, b]: odd in X
-    even = X[0, None, :, :] * R[0, :, None, :]                    # [i, j, b]: x_i^T Wff x_j, even in X
-    for k in range(1, d):
-        even.addcmul_(R[k, :, None, :], X[k, None, :, :])
+    if _batched(X):                                               # [i, j, b]: x_i^T Wff x_j, even in X
+        even = torch.einsum("kib,kjb->ijb", R[:d], X)
+    else:
+        even = X[0, None, :, :] * R[0, :, None, :]
+        for k in range(1, d):
+            even.addcmul_(R[k, :, None, :], X[k, None, :, :])
     even += (P @ Ws[d:, d:] @ Pt)[:, :, None]
 
     attn = torch.empty(M, D, D, H, **new)                         # scores, then softmax over keys i
