@@ -75,7 +75,10 @@ class GroupSparseTask:
         else:
             X = _draw_features(spec, m, gen, dtype, inner=True)
             v = self.directions.to(dtype=dtype, device=X.device)
-            clean = torch.sign(torch.einsum("kdb,kd->b", X[:, rel, :].transpose(0, 1), v))
+            score = v[0] @ X[:, self.j_star, :]                   # (m,): X[:, j, :] is a (d, m) view, no gather
+            for k in range(1, len(self.relevant)):
+                score += v[k] @ X[:, int(self.relevant[k]), :]
+            clean = torch.sign(score)
         clean[clean == 0] = 1.0
         y = clean
         if spec.label_noise > 0:

@@ -180,9 +180,10 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
     if _batched(X):
         T.copy_(torch.einsum("kib,ijb->kjb", X, even_gG))
     else:
-        torch.mul(X[:, 0, None, :], even_gG[0, None, :, :], out=T)
+        xs, gs = X.unsqueeze(2).unbind(1), even_gG.unsqueeze(1).unbind(0)   # views made in C++, not Python
+        torch.mul(xs[0], gs[0], out=T)
         for i in range(1, D):
-            T.addcmul_(X[:, i, None, :], even_gG[i, None, :, :])
+            T.addcmul_(xs[i], gs[i])
     KX = K.view(d + 1 + D, D * H) @ Xf.T
     if antithetic:   # sum_{i,b} x_{b,i,k} gG_odd[i, j, b]: one (d x H) @ (H x D) product per key i
         V = (X.transpose(0, 1) @ odd_gG.transpose(1, 2)).sum(0)
@@ -221,9 +222,10 @@ def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
     if _batched(X):                                               # [i, j, b]: x_i^T Wff x_j, even in X
         even = torch.einsum("kib,kjb->ijb", R[:d], X)
     else:
-        even = X[0, None, :, :] * R[0, :, None, :]
+        rs, xs = R[:d].unsqueeze(2).unbind(0), X.unsqueeze(1).unbind(0)
+        even = xs[0] * rs[0]
         for k in range(1, d):
-            even.addcmul_(R[k, :, None, :], X[k, None, :, :])
+            even.addcmul_(rs[k], xs[k])
     even += (P @ Ws[d:, d:] @ Pt)[:, :, None]
 
     attn = torch.empty(M, D, D, H, **new)                         # scores, then softmax over keys i

@@ -199,6 +199,10 @@ class Trainer:
     def descend(self, grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
         """One gradient-descent step for the seeds still ``active`` (S,) bool; the others stay frozen."""
         eta = self.spec.pretrain.eta
+        if bool(active.all()):  # the usual case: the same numbers as below, without the where
+            for k, g in grads.items():
+                self.params[k] = self.params[k] - eta * g
+            return
         keep = active.to(self.device)
         for k, g in grads.items():
             # where, not a 0/1 multiply: eta * inf * 0 is NaN, which would unfreeze a diverged seed
