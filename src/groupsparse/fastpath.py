@@ -164,8 +164,10 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
     # K stacks what multiplies X once more in the gradient: [T; g r (odd part); gG (odd part)],
     # T[k, j, b] = sum_i x_{b,i,k} gG_even[i, j, b]. One product K X^T then gives the Wff block,
     # the v1 gradient and P^T-side of the Wpf block.
-    K = torch.empty(d + 1 + D, D, H, **new)
-    odd_gG = K[d + 1:]
+    # With antithetic batches K also holds odd_gG with its two key/query axes swapped, so the same
+    # product gives V (the Wfp block's contraction), which would otherwise be a separate batched matmul.
+    K = torch.empty(d + 1 + (2 * D if antithetic else D), D, H, **new)
+    odd_gG = K[d + 1:d + 1 + D]
     if antithetic:
         even_gG = gG[0] + gG[1]
         torch.sub(gG[0], gG[1], out=odd_gG)
@@ -184,11 +186,11 @@ def seed_loss_and_grads(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, y: to
         torch.mul(xs[0], gs[0], out=T)
         for i in range(1, D):
             T.addcmul_(xs[i], gs[i])
-    KX = K.view(d + 1 + D, D * H) @ Xf.T
-    if antithetic:   # sum_{i,b} x_{b,i,k} gG_odd[i, j, b]: one (d x H) @ (H x D) product per key i
-        V = (X.transpose(0, 1) @ odd_gG.transpose(1, 2)).sum(0)
-    else:
-        V = T.sum(-1)
+    if antithetic:   # V[k, j] = sum_{i,b} x_{b,i,k} gG_odd[i, j, b]: rows [j, (i, b)] of K
+        K[d + 1 + D:].copy_(odd_gG.transpose(0, 1))
+    KX = K.view(K.shape[0], D * H) @ Xf.T
+    V = KX[d + 1 + D:].T if antithetic else T.sum(-1)
+    KX = KX[:d + 1 + D]
 
     gW = torch.empty(m, m, **new)
     gW[:d, :d] = KX[:d]
