@@ -68,6 +68,20 @@ def best_median(ts: list[float]) -> tuple[float, float]:
 
 
 # -- 1. the machine's ceiling ---------------------------------------------------------------------
+def measure_ceilings(torch, table, args, n: int, when: str) -> dict[str, float]:
+    """GEMM GFLOP/s per dtype: the best of square n, n/2 and n/4 (shorter blocks, more of them: on a shared
+    machine a short block more often runs undisturbed, so the ceiling is not underestimated)."""
+    out = {}
+    for dt in ("float32", "float64"):
+        sizes = (n, n // 2, n // 4)
+        rates = [gemm_gflops(torch, getattr(torch, dt), k, (args.repeats + 2) * 4 ** i) for i, k in enumerate(sizes)]
+        out[dt] = max(rates)
+        table.add("ceiling", f"GEMM {dt}, best of {'^2, '.join(map(str, sizes))}^2 ({when})", out[dt], "GFLOP/s",
+                  out[dt], out[dt], note="torch.mm, best of repeats: "
+                  + ", ".join(f"{k}^2 {r:.1f}" for k, r in zip(sizes, rates)))
+    return out
+
+
 def gemm_gflops(torch, dtype, n: int, repeats: int) -> float:
     a = torch.randn(n, n, dtype=dtype)
     b = torch.randn(n, n, dtype=dtype)
@@ -596,9 +610,7 @@ def main(argv=None) -> int:
     if "kernel" not in args.skip:
         kernel_section(torch, table, args, "glibc default malloc", None)
     n = 1024 if args.quick else 2048
-    ceilings = {dt: gemm_gflops(torch, getattr(torch, dt), n, args.repeats + 2) for dt in ("float32", "float64")}
-    for dt, g in ceilings.items():
-        table.add("ceiling", f"GEMM {dt}, {n}x{n} @ {n}x{n}", g, "GFLOP/s", g, g, note="torch.mm, best of repeats")
+    ceilings = measure_ceilings(torch, table, args, n, "start")
 
     from groupsparse.fastpath import keep_freed_memory
     tuned = keep_freed_memory()
@@ -627,6 +639,15 @@ def main(argv=None) -> int:
         agreement_section(torch, table, args)
     if "transfer" not in args.skip:
         transfer_section(torch, table, args)
+    # the ceilings again, and the best of both kept: on a shared machine a long GEMM is more often
+    # disturbed than the short blocks measured above, which would flatter the "% of ceiling" targets
+    again = measure_ceilings(torch, table, args, n, "end")
+    for dt in ceilings:
+        if again[dt] > ceilings[dt]:
+            scale = ceilings[dt] / again[dt]
+            ceilings[dt] = again[dt]
+            checks = [(name, value * scale if name.startswith("achieved") and dt in name else value, target, unit)
+                      for name, value, target, unit in checks]
     for name, value, target, unit in checks:
         table.add("target", name, value, unit, ratio="PASS" if value >= target else "FAIL", note=f"target >= {target:g}")
     table.add("target", "orchestration overhead, peak memory of transfer jobs", "-",
