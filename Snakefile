@@ -23,8 +23,8 @@ include: "workflow/rules/images.smk"
 rule all:
     default_target: True
     input:
-        "results/tables/pretrain_trajectories.parquet",
-        "results/provenance.json",
+        f"{R}/tables/pretrain_trajectories.parquet",
+        f"{R}/provenance.json",
         figure_files(),
         transfer_table_files(),
         scaling_outputs(),

@@ -500,11 +500,26 @@ def test_divergence_is_recorded():
     assert all(math.isfinite(x) for x in res.extra["last_finite_loss"])
 
 
+def test_a_blow_up_that_stays_finite_is_recorded_as_diverged():
+    """eta = 1e10 in float64: the loss grows to ~1e9 without overflowing; the rule (loss above
+    DIVERGE_FACTOR x its start) marks the seed diverged at the first such step."""
+    from groupsparse.pretrain import DIVERGE_FACTOR
+
+    spec = tiny(pretrain={"steps": 20, "eta": 1e10, "record_every": 1}, dtype="float64")
+    res = Trainer(spec, [0]).run()
+    assert res.status == ["diverged"] and res.diverged_step[0] >= 1
+    traj = res.trajectory
+    assert traj["train_loss"].map(math.isfinite).all() and traj["eval_loss"].map(math.isfinite).all()
+    assert traj["train_loss"].max() <= DIVERGE_FACTOR * traj["train_loss"].iloc[0]  # nothing recorded past it
+    # the same task with a sane step stays "ok": the rule does not fire on ordinary training
+    assert Trainer(tiny(pretrain={"steps": 20, "eta": 0.5}, dtype="float64"), [0]).run().status == ["ok"]
+
+
 def test_cli_divergence_fail_exits_3_and_record_exits_0(tmp_path, capsys):
     code, paths = run_cli(tmp_path, tiny_raw(pretrain={**DIVERGING, "on_diverge": "fail"}), tag="fail")
     err = capsys.readouterr().err
     assert code == cli.EXIT_DIVERGED == 3
-    assert "non-finite" in err and "pretrain.eta" in err
+    assert "diverged" in err and "pretrain.eta" in err
     assert not paths["checkpoint"].exists()
     code, paths = run_cli(tmp_path, tiny_raw(pretrain={**DIVERGING, "on_diverge": "record"}), tag="record")
     assert code == 0, capsys.readouterr().err

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -630,6 +631,24 @@ def test_aggregate_refuses_a_truncated_table_before_writing_anything(small_check
         assert res.returncode == 4, res.stderr[-2000:]
         assert str(bad) in res.stderr and "not a readable Parquet table" in res.stderr, res.stderr[-2000:]
         assert snapshot(out) == before, "a refused aggregation rewrote earlier tables"
+
+
+@pytest.mark.slow
+def test_a_corrupt_job_table_stops_the_workflow_before_any_aggregated_table_is_removed(reference, tmp_path):
+    """Snakemake removes a job's outputs before running it: the per-table check job comes first,
+    so a foreign table (valid Parquet, wrong schema) leaves every earlier aggregated table in place."""
+    work = tmp_path / "work"
+    shutil.copytree(reference["work"], work, symlinks=True)
+    before = snapshot(work / "results" / "tables")
+    assert any(name.endswith(".parquet") for name in before)
+    foreign = work / "results/transfer/base" / f"seeds{CHUNK}" / "linear.parquet"
+    io.write_parquet(pd.DataFrame({"something": [1.0, 2.0]}), foreign, {"note": "not ours"})
+    res = snakemake(work, reference["config"], TABLE_TARGET, cores=1)
+    assert res.returncode != 0
+    out = res.stdout + res.stderr
+    assert "not a transfer table" in out and "linear.parquet" in out, out[-3000:]
+    assert snapshot(work / "results" / "tables") == before, "earlier aggregated tables were removed or rewritten"
+    assert (work / "results/provenance.json").exists()
 
 
 def test_cifar_batch_with_a_forbidden_class_is_refused_and_never_run(tmp_path):

@@ -55,7 +55,8 @@ def set_threads(n: int) -> None:
 
 
 # Each module in groupsparse.commands has register(subparsers) adding its subcommand.
-COMMANDS = ("pretrain", "transfer", "aggregate", "plot", "summary", "scaling", "image_figures", "snapshot")
+COMMANDS = ("pretrain", "transfer", "check_tables", "aggregate", "plot", "summary", "scaling", "image_figures",
+            "snapshot", "status", "estimate")
 
 
 def build_parser() -> argparse.ArgumentParser:

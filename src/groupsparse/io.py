@@ -23,15 +23,25 @@ class InputError(ValueError):
     """An input file is missing, truncated, corrupt, or from another configuration."""
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only on success."""
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only on success.
+
+    The file gets the mode an ordinary write would (0666 less the umask): mkstemp's private
+    0600 would hide every result from colleagues on a shared filesystem."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -42,6 +52,18 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 def write_text_atomic(path, text: str) -> None:
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text)
+
+
+def content_file(folder, stem: str, text: str) -> Path:
+    """``folder/stem.<hash of text>.json`` holding ``text``, written once (atomically) and never
+    changed: a job's spec passed by a short path, and a changed spec is a new file, so the
+    jobs it affects rerun and no other."""
+    import hashlib
+
+    path = Path(folder) / f"{stem}.{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    if not (path.is_file() and path.read_text() == text):
+        write_text_atomic(path, text)
+    return path
 
 
 @functools.lru_cache(maxsize=1)

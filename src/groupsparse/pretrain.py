@@ -23,6 +23,10 @@ from .seeding import torch_generator
 from .specs import RunSpec
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+# A seed has diverged when its training loss is not finite, or exceeds this many times its loss at
+# step 0 (log 2 from the zero start): a stable run's logistic loss stays below its start, while a
+# step size far too large gives losses of order |f|, far above it, long before they overflow.
+DIVERGE_FACTOR = 10.0
 N_LOG_STEPS = 40
 
 
@@ -284,7 +288,7 @@ class Trainer:
         return rows
 
     # -- resume ---------------------------------------------------------------------
-    def _save_resume(self, step, rows, att_rows, status, diverged_step, last_finite):
+    def _save_resume(self, step, rows, att_rows, status, diverged_step, last_finite, initial_loss):
         if not self.resume_path:
             return
         tensors = {f"param.{k}": t for k, t in self.params.items()}
@@ -293,7 +297,7 @@ class Trainer:
         meta = {"science_hash": self.spec.science_hash(), "seeds": self.seeds, "step": step, "rows": rows,
                 "row_columns": list(rows[0]) if rows else [],
                 "attention_rows": att_rows, "status": status, "diverged_step": diverged_step,
-                "last_finite_loss": last_finite}
+                "last_finite_loss": last_finite, "initial_loss": initial_loss}
         io.save_checkpoint(self.resume_path, tensors, meta)
 
     def _load_resume(self):
@@ -320,21 +324,26 @@ class Trainer:
         n = len(self.seeds)
         rows, att_rows = [], []
         status, diverged_step, last_finite = ["ok"] * n, [-1] * n, [float("nan")] * n
+        initial_loss: list[float] | None = None
         start = 0
         state = self._load_resume()
         if state is not None:
             start, rows, att_rows = state["step"], state["rows"], state["attention_rows"]
             rows = [{c: row[c] for c in state["row_columns"]} for row in rows]
             status, diverged_step, last_finite = state["status"], state["diverged_step"], state["last_finite_loss"]
+            initial_loss = state.get("initial_loss")
         resumed_from = start
         for step in range(start, p.steps + 1):
             if self.resume_path and step > start and step % self.resume_every == 0 and step < p.steps:
-                self._save_resume(step, rows, att_rows, status, diverged_step, last_finite)
+                self._save_resume(step, rows, att_rows, status, diverged_step, last_finite, initial_loss)
             loss, grads = self.step_grads(self.draw())
             finite = torch.isfinite(loss) & torch.stack(
                 [torch.isfinite(g).flatten(1).all(1) for g in grads.values()]).all(0)
+            if initial_loss is None:
+                initial_loss = [float(x) for x in loss]
+            blown = loss.detach().cpu().double() > DIVERGE_FACTOR * torch.tensor(initial_loss, dtype=torch.float64)
             for i in range(n):
-                if status[i] == "ok" and not bool(finite[i]):
+                if status[i] == "ok" and (not bool(finite[i]) or bool(blown[i])):
                     status[i], diverged_step[i] = "diverged", step
                 elif status[i] == "ok":
                     last_finite[i] = float(loss[i])
@@ -346,7 +355,7 @@ class Trainer:
             if step == p.steps or (p.on_diverge == "fail" and "diverged" in status):
                 break
             self.descend(grads, active)
-            if progress and step % 500 == 0:
+            if progress:  # the callback throttles its own output
                 progress(step, loss)
         self.workers.close()
         if self.resume_path and self.resume_path.exists():

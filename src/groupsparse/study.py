@@ -101,6 +101,15 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
         run.methods = list(tr["methods"])
         run.sizes = [int(n) for n in tr["sizes"]]
         groups = tr.get("method_groups") or {"all": run.methods}
+        known = _known_methods()
+        bad = [m for m in run.methods if known is not None and m not in known]
+        if bad:
+            raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(known)}")
+        for g, ms in groups.items():  # a subset of a study's methods may drop group members, never typos
+            unknown = [m for m in ms if known is not None and m not in known]
+            if unknown:
+                raise ConfigError(f"{where}.transfer.method_groups.{g}: unknown method {unknown[0]!r}; "
+                                  f"allowed: {', '.join(known)}")
         run.method_groups = {g: [m for m in ms if m in run.methods] for g, ms in groups.items()}
         run.method_groups = {g: ms for g, ms in run.method_groups.items() if ms}
         grouped = [m for ms in run.method_groups.values() for m in ms]
@@ -110,11 +119,6 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str) -> Ru
         ungrouped = sorted(set(run.methods) - set(grouped))
         if ungrouped:
             raise ConfigError(f"{where}.transfer.method_groups: methods {ungrouped} are in no group")
-        known = _known_methods()
-        if known is not None:
-            bad = [m for m in run.methods if m not in known]
-            if bad:
-                raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(known)}")
         run.transfer = {k: v for k, v in tr.items() if k not in TRANSFER_JOB_KEYS}
         _check_sizes(run.sizes, f"{where}.transfer", run.transfer.get("max_n"))
         try:

@@ -1,99 +1,135 @@
 # Aggregation, figures and the report's inputs: cheap, so they run on the submitting host.
 
+
 localrules:
+    check_tables,
     aggregate,
     figures,
     transfer_figure,
     image_figures,
 
 
-rule aggregate:
+# Every per-job table is checked (schema only) in its own job first: Snakemake removes a job's
+# outputs before the job starts, so a corrupt input must stop the DAG before `aggregate` does.
+rule check_tables:
     input:
         trajectories=all_trajectories(),
         attention=all_attention(),
         transfer=all_transfer_tables(),
     output:
-        trajectories="results/tables/pretrain_trajectories.parquet",
-        attention="results/tables/pretrain_attention.parquet",
-        pretrain_summary="results/tables/pretrain_summary.parquet",
+        temp(f"{R}/tables/.inputs_checked"),
+    log:
+        f"{R}/logs/check_tables.log",
+    benchmark:
+        f"{R}/benchmarks/check_tables.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    shell:
+        "groupsparse check-tables --trajectories {input.trajectories:q} --attention {input.attention:q}"
+        " --transfer {input.transfer:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule aggregate:
+    input:
+        checked=f"{R}/tables/.inputs_checked",
+        study=STUDY_FILE,
+        trajectories=all_trajectories(),
+        attention=all_attention(),
+        transfer=all_transfer_tables(),
+    output:
+        trajectories=f"{R}/tables/pretrain_trajectories.parquet",
+        attention=f"{R}/tables/pretrain_attention.parquet",
+        pretrain_summary=f"{R}/tables/pretrain_summary.parquet",
         pretrain_summary_csv=report(
-            "results/tables/pretrain_summary.csv",
+            f"{R}/tables/pretrain_summary.csv",
             caption="../report/table_pretrain_summary.rst",
             category="Tables",
         ),
-        provenance="results/provenance.json",
+        provenance=f"{R}/provenance.json",
         transfer_tables=transfer_table_outputs(),
-    params:
-        study=STUDY_JSON,
-        transfer=lambda w, input: ("--transfer " + " ".join(input.transfer)) if input.transfer else "",
     log:
-        "results/logs/aggregate.log",
+        f"{R}/logs/aggregate.log",
     benchmark:
-        "results/benchmarks/aggregate.tsv"
+        f"{R}/benchmarks/aggregate.tsv"
     conda:
         CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        transfer=lambda w, input: (
+            ["--transfer", *input.transfer] if input.transfer else []
+        ),
+        outdir=lambda w, output: str(Path(output.trajectories).parent),
     shell:
-        "groupsparse aggregate --trajectories {input.trajectories} --attention {input.attention}"
-        " {params.transfer} --study-json {params.study:q} --outdir results/tables"
-        " --provenance-json {output.provenance} > {log} 2>&1"
+        "groupsparse aggregate --trajectories {input.trajectories:q} --attention {input.attention:q}"
+        " {params.transfer:q} --study-json {input.study:q} --outdir {params.outdir:q}"
+        " --provenance-json {output.provenance:q} > {log:q} 2>&1"
 
 
 rule figures:
     input:
-        "results/tables/pretrain_trajectories.parquet",
-        "results/tables/pretrain_attention.parquet",
+        f"{R}/tables/pretrain_trajectories.parquet",
+        f"{R}/tables/pretrain_attention.parquet",
     output:
         [
             report(
-                f"results/figures/{{run}}/{name}.png",
+                f"{R}/figures/{{run}}/{name}.png",
                 caption=f"../report/{name}.rst",
                 category="Figures",
                 subcategory="{run}",
             )
             for name in FIGURES_PER_RUN
         ],
-        [f"results/figures/{{run}}/{name}.pdf" for name in FIGURES_PER_RUN],
+        [f"{R}/figures/{{run}}/{name}.pdf" for name in FIGURES_PER_RUN],
     log:
-        "results/logs/figures/{run}.log",
+        f"{R}/logs/figures/{{run}}.log",
     benchmark:
-        "results/benchmarks/figures/{run}.tsv"
+        f"{R}/benchmarks/figures/{{run}}.tsv"
     conda:
         CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        tables=lambda w, input: str(Path(input[0]).parent),
+        outdir=lambda w, output: str(Path(output[0]).parent),
     shell:
-        "groupsparse plot --kind pretrain --tables results/tables --run {wildcards.run}"
-        " --outdir results/figures/{wildcards.run} > {log} 2>&1"
+        "groupsparse plot --kind pretrain --tables {params.tables:q} --run {wildcards.run:q}"
+        " --outdir {params.outdir:q} > {log:q} 2>&1"
 
 
 rule transfer_figure:
     input:
-        "results/tables/transfer.parquet",
-        "results/tables/pretrain_trajectories.parquet",
+        f"{R}/tables/transfer.parquet",
+        f"{R}/tables/pretrain_trajectories.parquet",
     output:
         report(
-            "results/figures/{run}/transfer_accuracy.png",
+            f"{R}/figures/{{run}}/transfer_accuracy.png",
             caption="../report/transfer_accuracy.rst",
             category="Figures",
             subcategory="{run}",
         ),
-        "results/figures/{run}/transfer_accuracy.pdf",
+        f"{R}/figures/{{run}}/transfer_accuracy.pdf",
     log:
-        "results/logs/figures/{run}.transfer.log",
+        f"{R}/logs/figures/{{run}}.transfer.log",
     benchmark:
-        "results/benchmarks/figures/{run}.transfer.tsv"
+        f"{R}/benchmarks/figures/{{run}}.transfer.tsv"
     conda:
         CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        tables=lambda w, input: str(Path(input[0]).parent),
+        outdir=lambda w, output: str(Path(output[0]).parent),
     shell:
-        "groupsparse plot --kind transfer --tables results/tables --run {wildcards.run}"
-        " --outdir results/figures/{wildcards.run} > {log} 2>&1"
+        "groupsparse plot --kind transfer --tables {params.tables:q} --run {wildcards.run:q}"
+        " --outdir {params.outdir:q} > {log:q} 2>&1"

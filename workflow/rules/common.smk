@@ -4,39 +4,55 @@ import sys
 from pathlib import Path
 
 import yaml
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
 # The package lives in src/; make it importable at parse time even without `pip install -e`.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from groupsparse.specs import ConfigError  # noqa: E402  (torch-free)
-from groupsparse.study import expand  # noqa: E402
-from groupsparse import preflight  # noqa: E402  (torch-free)
+from groupsparse import io, preflight  # noqa: E402  (torch-free)
 
-# One line naming the key and the allowed values, rather than a JSON-schema dump.
-_schema = yaml.safe_load((Path(workflow.basedir) / "workflow/schemas/config.schema.yaml").read_text())
-_problem = preflight.schema_problem(config, _schema)
-if _problem:
-    raise WorkflowError(f"invalid configuration: {_problem}")
-validate(config, "../schemas/config.schema.yaml")  # fills in the schema's defaults
+# Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
+# cross-field rules, names that must refer to runs or methods, input files, a writable results
+# folder: all before any job, each problem one line naming the key, file or value.
+_schema = yaml.safe_load(
+    (Path(workflow.basedir) / "workflow/schemas/config.schema.yaml").read_text()
+)
 try:
-    RUNS = expand(config)
-except ConfigError as exc:
-    raise WorkflowError(f"invalid configuration: {exc}") from None
-# Inputs that must exist and a results folder that must take writes: fail now, not mid-study.
-_problems = preflight.input_problems(RUNS, lambda r: f"tasks.{r}" if RUNS[r].role == "task" else f"run {r}")
-_problems += [p for p in [preflight.results_problem("results")] if p]
-if _problems:
-    raise WorkflowError("cannot run the study: " + "; ".join(_problems))
+    # Each study writes under results/<study_name>/ only, so two studies never overwrite or mix.
+    STUDY_NAME = preflight.study_name(config, workflow.configfiles)
+    R = f"results/{STUDY_NAME}"
+    RUNS = preflight.check_study(
+        config, _schema, config_files=workflow.configfiles, results=R
+    )
+except preflight.StudyRefused as exc:
+    raise WorkflowError(str(exc)) from None
 
 STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+# Specs travel by file, not inline on the shell line: results/<study>/specs/<name>.<hash>.json,
+# written once when the workflow is parsed. A changed spec is a new file, so exactly the jobs it
+# affects rerun; the printed commands stay short.
+def pretrain_spec_file(run):
+    return str(io.content_file(f"{R}/specs", f"{run}.pretrain", RUNS[run].spec_json))
+
+
+def transfer_spec_file(run):
+    return str(
+        io.content_file(f"{R}/specs", f"{run}.transfer", RUNS[run].transfer_json())
+    )
+
+
+STUDY_FILE = str(io.content_file(f"{R}/specs", "study", STUDY_JSON))
 CHUNK = r"\d+-\d+"
+
 
 wildcard_constraints:
     run="[A-Za-z][A-Za-z0-9_]*",
     chunk=CHUNK,
     group="[A-Za-z][A-Za-z0-9_]*",
+
 
 JOBS = config.get("jobs", {})
 PRETRAIN_THREADS = JOBS.get("pretrain_threads", 1)
@@ -47,7 +63,7 @@ GPU = 1 if config.get("device") == "cuda" else 0
 
 
 def pretrain_prefix(run, chunk):
-    return f"results/pretrain/{run}/seeds{chunk}"
+    return f"{R}/pretrain/{run}/seeds{chunk}"
 
 
 def checkpoint_path(run, chunk):
@@ -55,17 +71,29 @@ def checkpoint_path(run, chunk):
 
 
 def all_trajectories():
-    return [pretrain_prefix(r, c) + ".trajectory.parquet" for r, run in RUNS.items() for c in run.chunks]
+    return [
+        pretrain_prefix(r, c) + ".trajectory.parquet"
+        for r, run in RUNS.items()
+        for c in run.chunks
+    ]
 
 
 def all_attention():
-    return [pretrain_prefix(r, c) + ".attention.parquet" for r, run in RUNS.items() for c in run.chunks]
+    return [
+        pretrain_prefix(r, c) + ".attention.parquet"
+        for r, run in RUNS.items()
+        for c in run.chunks
+    ]
 
 
 def all_transfer_tables():
-    return [f"results/transfer/{r}/seeds{c}/{g}.parquet"
-            for r, run in RUNS.items() if run.transfer is not None
-            for c in run.chunks for g in run.method_groups]
+    return [
+        f"{R}/transfer/{r}/seeds{c}/{g}.parquet"
+        for r, run in RUNS.items()
+        if run.transfer is not None
+        for c in run.chunks
+        for g in run.method_groups
+    ]
 
 
 FIGURES_PER_RUN = ["pretrain_curves", "attention_heatmaps", "parameters"]
@@ -76,8 +104,10 @@ TRANSFER_TABLES_CSV = ["summary.csv", "sample_complexity.csv"]
 def transfer_table_outputs():
     if not all_transfer_tables():
         return []
-    csv = [f"results/tables/{t}" for t in TRANSFER_TABLES_CSV]
-    return [f"results/tables/{t}" for t in TRANSFER_TABLES] + [as_report_table(p) for p in csv]
+    csv = [f"{R}/tables/{t}" for t in TRANSFER_TABLES_CSV]
+    return [f"{R}/tables/{t}" for t in TRANSFER_TABLES] + [
+        as_report_table(p) for p in csv
+    ]
 
 
 def as_report_table(path):
@@ -101,11 +131,16 @@ def figure_runs():
 
 
 def figure_files():
-    return [f"results/figures/{r}/{name}.{ext}" for r in figure_runs()
-            for name in run_figure_names(r) for ext in ("png", "pdf")]
+    return [
+        f"{R}/figures/{r}/{name}.{ext}"
+        for r in figure_runs()
+        for name in run_figure_names(r)
+        for ext in ("png", "pdf")
+    ]
 
 
 # --- resources, scaled with the work a job does ---------------------------------------
+
 
 def pretrain_work(run):
     """Multiply-adds of one seed's training, ~ steps x batch x D x (d + D)^2."""
@@ -119,13 +154,17 @@ def pretrain_mem_mb(wildcards):
     s = RUNS[wildcards.run].spec
     t, p = s["task"], s["pretrain"]
     n = len(RUNS[wildcards.run].chunk_seeds(wildcards.chunk))
-    per_seed = 8 * max(p["batch"], p["eval_size"]) * t["D"] * (t["d"] + t["D"]) * 12  # tokens, scores, grads
+    per_seed = (
+        8 * max(p["batch"], p["eval_size"]) * t["D"] * (t["d"] + t["D"]) * 12
+    )  # tokens, scores, grads
     return 600 + (n * per_seed) // 2**20
 
 
 def pretrain_runtime(wildcards):
     n = len(RUNS[wildcards.run].chunk_seeds(wildcards.chunk))
-    minutes = n * pretrain_work(wildcards.run) / 2e9 / 60  # ~2 GFLOP/s per seed, pessimistic
+    minutes = (
+        n * pretrain_work(wildcards.run) / 2e9 / 60
+    )  # ~2 GFLOP/s per seed, pessimistic
     return int(10 + 3 * minutes)
 
 
@@ -139,11 +178,17 @@ def transfer_mem_mb(wildcards):
     run = RUNS[wildcards.run]
     t = run.spec["task"]
     test = run.transfer.get("test_size", 10000) if run.transfer else 10000
-    return 1000 + (8 * (test + max(run.sizes)) * t["D"] * (t["d"] + t["D"]) * 20) // 2**20
+    return (
+        1000 + (8 * (test + max(run.sizes)) * t["D"] * (t["d"] + t["D"]) * 20) // 2**20
+    )
 
 
 def transfer_table_files():
-    return [f"results/tables/{t}" for t in TRANSFER_TABLES + TRANSFER_TABLES_CSV] if all_transfer_tables() else []
+    return (
+        [f"{R}/tables/{t}" for t in TRANSFER_TABLES + TRANSFER_TABLES_CSV]
+        if all_transfer_tables()
+        else []
+    )
 
 
 CONDA_ENV = "../envs/groupsparse.yaml"
@@ -151,8 +196,11 @@ CONDA_ENV = "../envs/groupsparse.yaml"
 
 # --- scaling and ablations ------------------------------------------------------------
 
+
 def scaling_args():
-    """`groupsparse scaling` options from scaling.analysis and ablations.analysis."""
+    """`groupsparse scaling` options from scaling.analysis and ablations.analysis, as a list of
+    separate arguments, each quoted on the shell line (`params.options` with `q`), so no config string is
+    ever read by the shell."""
     a = (config.get("scaling") or {}).get("analysis") or {}
     b = (config.get("ablations") or {}).get("analysis") or {}
     csv = lambda xs: ",".join(str(x) for x in xs)
@@ -160,7 +208,10 @@ def scaling_args():
     if "thresholds" in a:
         args += ["--thresholds", csv(a["thresholds"])]
     if "loss_target" in a:
-        args += ["--loss-target", "none" if a["loss_target"] is None else str(a["loss_target"])]
+        args += [
+            "--loss-target",
+            "none" if a["loss_target"] is None else str(a["loss_target"]),
+        ]
     if "accuracy_targets" in a:
         args += ["--accuracy-targets", csv(a["accuracy_targets"])]
     if "methods" in a:
@@ -172,14 +223,25 @@ def scaling_args():
     if "n_boot" in a:
         args += ["--n-boot", str(a["n_boot"])]
     if "baseline" in b:
-        args += ["--baseline", b["baseline"]]
+        args += ["--baseline", str(b["baseline"])]
     if "sizes" in b:
         args += ["--ablation-sizes", csv(b["sizes"])]
-    return " ".join(args)
+    return args
 
 
-SCALING_FIGURES = ["convergence_time", "attention_concentration", "sample_complexity", "ablations"]
-SCALING_TABLES = ["claims", "scaling_fits", "ablations", "scaling_points", "scaling_crossings"]
+SCALING_FIGURES = [
+    "convergence_time",
+    "attention_concentration",
+    "sample_complexity",
+    "ablations",
+]
+SCALING_TABLES = [
+    "claims",
+    "scaling_fits",
+    "ablations",
+    "scaling_points",
+    "scaling_crossings",
+]
 
 
 def scaling_enabled():
@@ -189,5 +251,12 @@ def scaling_enabled():
 def scaling_outputs():
     if not scaling_enabled():
         return []
-    return ([f"results/tables/{t}.parquet" for t in SCALING_TABLES] + ["results/tables/claims.csv"]
-            + [f"results/figures/scaling/{f}.{ext}" for f in SCALING_FIGURES for ext in ("png", "pdf")])
+    return (
+        [f"{R}/tables/{t}.parquet" for t in SCALING_TABLES]
+        + [f"{R}/tables/claims.csv"]
+        + [
+            f"{R}/figures/scaling/{f}.{ext}"
+            for f in SCALING_FIGURES
+            for ext in ("png", "pdf")
+        ]
+    )

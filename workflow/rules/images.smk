@@ -4,33 +4,38 @@
 rule image_figures:
     input:
         checkpoint=lambda w: checkpoint_path(w.run, RUNS[w.run].chunks[0]),
-        attention="results/tables/pretrain_attention.parquet",
+        attention=f"{R}/tables/pretrain_attention.parquet",
+        spec=lambda w: pretrain_spec_file(w.run),
     output:
         attention=report(
-            "results/figures/{run}/image_attention.png",
+            f"{R}/figures/{{run}}/image_attention.png",
             caption="../report/image_attention.rst",
             category="Figures",
             subcategory="{run}",
         ),
         examples=report(
-            "results/figures/{run}/image_examples.png",
+            f"{R}/figures/{{run}}/image_examples.png",
             caption="../report/image_examples.rst",
             category="Figures",
             subcategory="{run}",
         ),
-        pdfs=["results/figures/{run}/image_attention.pdf", "results/figures/{run}/image_examples.pdf"],
-    params:
-        spec=lambda w: RUNS[w.run].spec_json,
+        pdfs=[
+            f"{R}/figures/{{run}}/image_attention.pdf",
+            f"{R}/figures/{{run}}/image_examples.pdf",
+        ],
     log:
-        "results/logs/figures/{run}.images.log",
+        f"{R}/logs/figures/{{run}}.images.log",
     benchmark:
-        "results/benchmarks/figures/{run}.images.tsv"
+        f"{R}/benchmarks/figures/{{run}}.images.tsv"
     conda:
         CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        outdir=lambda w, output: str(Path(output.attention).parent),
     shell:
-        "groupsparse image-figures --spec {params.spec:q} --checkpoint {input.checkpoint}"
-        " --attention {input.attention} --outdir results/figures/{wildcards.run} --threads {threads} > {log} 2>&1"
+        "groupsparse image-figures --spec @{input.spec:q} --checkpoint {input.checkpoint:q}"
+        " --attention {input.attention:q} --outdir {params.outdir:q}"
+        " --threads {threads:q} > {log:q} 2>&1"

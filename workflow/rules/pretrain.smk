@@ -2,19 +2,16 @@
 
 
 rule pretrain:
+    input:
+        spec=lambda w: pretrain_spec_file(w.run),
     output:
-        checkpoint="results/pretrain/{run}/seeds{chunk}.safetensors",
-        trajectory="results/pretrain/{run}/seeds{chunk}.trajectory.parquet",
-        attention="results/pretrain/{run}/seeds{chunk}.attention.parquet",
-    params:
-        spec=lambda w: RUNS[w.run].spec_json,
-        # resumable state lives outside the declared outputs so a killed job continues
-        resume=lambda w: f"results/pretrain/{w.run}/.seeds{w.chunk}.resume.safetensors",
-        resume_every=PRETRAIN_RESUME_EVERY,
+        checkpoint=f"{R}/pretrain/{{run}}/seeds{{chunk}}.safetensors",
+        trajectory=f"{R}/pretrain/{{run}}/seeds{{chunk}}.trajectory.parquet",
+        attention=f"{R}/pretrain/{{run}}/seeds{{chunk}}.attention.parquet",
     log:
-        "results/logs/pretrain/{run}/seeds{chunk}.log",
+        f"{R}/logs/pretrain/{{run}}/seeds{{chunk}}.log",
     benchmark:
-        "results/benchmarks/pretrain/{run}/seeds{chunk}.tsv"
+        f"{R}/benchmarks/pretrain/{{run}}/seeds{{chunk}}.tsv"
     conda:
         CONDA_ENV
     threads: PRETRAIN_THREADS
@@ -22,8 +19,12 @@ rule pretrain:
         mem_mb=pretrain_mem_mb,
         runtime=pretrain_runtime,
         gpu=GPU,
+    params:
+        # resumable state lives outside the declared outputs so a killed job continues
+        resume=lambda w: f"{R}/pretrain/{w.run}/.seeds{w.chunk}.resume.safetensors",
+        resume_every=PRETRAIN_RESUME_EVERY,
     shell:
-        "groupsparse pretrain --spec {params.spec:q} --seeds {wildcards.chunk}"
-        " --checkpoint {output.checkpoint} --trajectory {output.trajectory}"
-        " --attention {output.attention} --resume-state {params.resume} --resume-every {params.resume_every}"
-        " --threads {threads} > {log} 2>&1"
+        "groupsparse pretrain --spec @{input.spec:q} --seeds {wildcards.chunk:q}"
+        " --checkpoint {output.checkpoint:q} --trajectory {output.trajectory:q}"
+        " --attention {output.attention:q} --resume-state {params.resume:q}"
+        " --resume-every {params.resume_every:q} --threads {threads:q} > {log:q} 2>&1"

@@ -3,17 +3,14 @@
 
 rule transfer:
     input:
-        checkpoint="results/pretrain/{run}/seeds{chunk}.safetensors",
+        checkpoint=f"{R}/pretrain/{{run}}/seeds{{chunk}}.safetensors",
+        spec=lambda w: transfer_spec_file(w.run),
     output:
-        table="results/transfer/{run}/seeds{chunk}/{group}.parquet",
-    params:
-        spec=lambda w: RUNS[w.run].transfer_json(),
-        methods=lambda w: ",".join(RUNS[w.run].method_groups[w.group]),
-        sizes=lambda w: ",".join(map(str, RUNS[w.run].sizes)),
+        table=f"{R}/transfer/{{run}}/seeds{{chunk}}/{{group}}.parquet",
     log:
-        "results/logs/transfer/{run}/seeds{chunk}/{group}.log",
+        f"{R}/logs/transfer/{{run}}/seeds{{chunk}}/{{group}}.log",
     benchmark:
-        "results/benchmarks/transfer/{run}/seeds{chunk}/{group}.tsv"
+        f"{R}/benchmarks/transfer/{{run}}/seeds{{chunk}}/{{group}}.tsv"
     conda:
         CONDA_ENV
     threads: TRANSFER_THREADS
@@ -21,7 +18,10 @@ rule transfer:
         mem_mb=transfer_mem_mb,
         runtime=transfer_runtime,
         gpu=GPU,
+    params:
+        methods=lambda w: ",".join(RUNS[w.run].method_groups[w.group]),
+        sizes=lambda w: ",".join(map(str, RUNS[w.run].sizes)),
     shell:
-        "groupsparse transfer --spec {params.spec:q} --checkpoint {input.checkpoint}"
-        " --methods {params.methods} --sizes {params.sizes} --out {output.table}"
-        " --threads {threads} > {log} 2>&1"
+        "groupsparse transfer --spec @{input.spec:q} --checkpoint {input.checkpoint:q}"
+        " --methods {params.methods:q} --sizes {params.sizes:q} --out {output.table:q}"
+        " --threads {threads:q} > {log:q} 2>&1"

@@ -17,11 +17,15 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _concat(paths):
+def _concat(paths, kind):
     import pandas as pd
 
     from .. import io
-    frames = [io.read_parquet(p) for p in paths]
+    from ..tables import check_columns
+    frames = []
+    for path in paths:
+        frames.append(io.read_parquet(path))
+        check_columns(frames[-1], kind, path)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -39,12 +43,12 @@ def run(args) -> int:
     study = json.loads(Path(args.study_json).read_text()) if args.study_json.endswith(".json") else json.loads(args.study_json)
     prov = io.provenance(config_hash(study), study.get("device", "cpu"), study=study)
     out = Path(args.outdir)
-    traj = _concat(args.trajectories).sort_values(["run", "seed", "step"], kind="stable").reset_index(drop=True)
-    att = _concat(args.attention).sort_values(["run", "seed", "step", "key", "query"], kind="stable").reset_index(drop=True)
+    traj = _concat(args.trajectories, "trajectory").sort_values(["run", "seed", "step"], kind="stable").reset_index(drop=True)
+    att = _concat(args.attention, "attention").sort_values(["run", "seed", "step", "key", "query"], kind="stable").reset_index(drop=True)
     tables = {"pretrain_trajectories": traj, "pretrain_attention": att}
     with_csv = {"pretrain_summary": aggregate.pretrain_summary(traj)}
     if args.transfer:
-        tr = _concat(args.transfer)
+        tr = _concat(args.transfer, "transfer")
         keys = [k for k in ("run", "task_name", "downstream", "seed", "method", "n") if k in tr]
         tables["transfer"] = tr = tr.sort_values(keys, kind="stable").reset_index(drop=True)
         with_csv |= {"summary": aggregate.transfer_summary(tr), "sample_complexity": aggregate.sample_complexity(tr)}

@@ -29,14 +29,16 @@ def run(args) -> int:
     if args.device:
         spec = RunSpec.from_dict(spec.to_dict() | {"device": args.device})
     from .. import io
-    from ..pretrain import Trainer, checkpoint_payload
+    from ..pretrain import DIVERGE_FACTOR, Trainer, checkpoint_payload
+    from ..progress import Progress
 
     set_threads(args.threads)
     print(f"pretrain {spec.task_name}: seeds {args.seeds}, {spec.pretrain.steps} steps, "
           f"batch {spec.pretrain.batch}, eta {spec.pretrain.eta}, {spec.dtype} on {spec.device}, "
           f"{args.threads} thread(s)", flush=True)
     trainer = Trainer(spec, args.seeds, resume_path=args.resume_state, resume_every=args.resume_every)
-    res = trainer.run(progress=lambda step, loss: print(f"  step {step}: loss {loss.tolist()}", flush=True))
+    bar = Progress(spec.pretrain.steps, "steps")
+    res = trainer.run(progress=lambda step, loss: bar.update(step))
     if res.resumed_from_step:
         print(f"  resumed from saved state at step {res.resumed_from_step}", flush=True)
     prov = io.provenance(spec.science_hash(), spec.device, seeds=args.seeds, resumed_from_step=res.resumed_from_step,
@@ -46,7 +48,8 @@ def run(args) -> int:
     io.write_parquet(res.attention, args.attention, prov)
     diverged = [(s, st) for s, st in zip(args.seeds, res.diverged_step) if st >= 0]
     if diverged and spec.pretrain.on_diverge == "fail":
-        print(f"groupsparse pretrain: loss became non-finite (seed, step): {diverged}; "
+        print(f"groupsparse pretrain: diverged (loss non-finite or above {DIVERGE_FACTOR:g}x its start) "
+              f"at (seed, step): {diverged}; "
               f"lower pretrain.eta (now {spec.pretrain.eta}) or set pretrain.on_diverge: record", file=sys.stderr)
         return EXIT_DIVERGED
     tensors, meta = checkpoint_payload(spec, res, args.seeds)

@@ -1,0 +1,90 @@
+"""`groupsparse estimate`: how long a planned study takes, from the fitted cost model.
+
+Expands the study exactly as the Snakefile does (schema defaults filled, then
+groupsparse.study.expand) and prints, per rule and run, the job count, the predicted CPU
+time, wall time and memory per job, the scheduler request (with the safety margins of
+groupsparse.costs), and the totals. Nothing is run; torch is not imported.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("estimate", help="estimate the time and memory of a planned study (no job is run)")
+    p.add_argument("--configfile", default="config.yaml", help="study config (default: config.yaml)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
+    p.add_argument("--brief", action="store_true", help="only the totals per rule, not one line per (rule, run)")
+    p.set_defaults(func=run)
+
+
+def load_study(path: str) -> dict:
+    import yaml
+
+    from ..specs import ConfigError
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"--configfile: cannot read {path}: {exc.strerror}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"--configfile: {path} is not a mapping")
+    if SCHEMA.is_file():  # fill the schema's defaults, as the Snakefile's validate() does
+        from snakemake.utils import validate
+        try:
+            validate(config, str(SCHEMA), set_default=True)
+        except Exception as exc:  # snakemake's WorkflowError: one line
+            raise ConfigError(f"--configfile: {path} does not match the schema: {str(exc).splitlines()[0]}") from None
+    return config
+
+
+def run(args) -> int:
+    from .. import costs
+    from ..study import expand
+
+    config = load_study(args.configfile)
+    runs = expand(config)
+    device = args.device or config.get("device", "cpu")
+    jobs = config.get("jobs", {}) or {}
+    rows = costs.estimate_study(runs, device, jobs.get("pretrain_threads", 1), jobs.get("transfer_threads", 1))
+    out = sys.stdout
+    gpu = device == "cuda"
+    dev_col = "GPU-h*" if gpu else "wall-h"
+    print(f"study {args.configfile}: {len(runs)} runs, device {device}; times are predictions of "
+          f"groupsparse.costs (fitted to benchmarks/costs/*.tsv), requests add the margins "
+          f"({costs.TIME_MARGIN}x one-thread CPU time, {costs.GPU_TIME_MARGIN}x a GPU estimate, + {costs.TIME_FLOOR_MIN} min; "
+          f"{costs.MEM_MARGIN}x memory + {costs.MEM_FLOOR_MB} MB)",
+          file=out)
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["rule"].split(":")[0], None), []).append(r)
+    groups = ([] if args.brief else [((r["rule"], r["run"]), [r]) for r in rows]) + list(by.items())
+    head = f"{'rule':<22} {'run':<26} {'jobs':>5} {'CPU min/job':>11} {'wall min/job':>12} {'MB/job':>8} " \
+           f"{'request min':>11} {'request MB':>10} {'CPU-h':>8} {dev_col:>8}"
+    print(head, file=out)
+    for (rule, run_name), rs in groups:
+        worst = max(rs, key=lambda r: r["wall_min_per_job"])
+        label = run_name or f"all {len({r['run'] for r in rs})} runs"
+        rule = rule if run_name else f"{rule} total"
+        print(f"{rule:<22} {label:<26} {sum(r['jobs'] for r in rs):>5} "
+              f"{max(r['cpu_min_per_job'] for r in rs):>11.1f} {worst['wall_min_per_job']:>12.1f} "
+              f"{max(r['mem_mb_per_job'] for r in rs):>8.0f} {worst['request']['runtime']:>11} "
+              f"{max(r['request']['mem_mb'] for r in rs):>10} {sum(r['cpu_hours'] for r in rs):>8.2f} "
+              f"{sum(r['device_hours'] for r in rs):>8.2f}", file=out)
+    cpu_h = sum(r["cpu_hours"] for r in rows)
+    dev_h = sum(r["device_hours"] for r in rows)
+    small = costs.SMALL_JOBS
+    n_small = 1 + 1 + len([r for r in runs.values() if r.role == "task"])
+    small_h = (small["aggregate"][0] * 2 + small["figures"][0] * n_small + small["scaling"][0]) / 3600
+    print(f"total: {sum(r['jobs'] for r in rows)} pretrain/transfer jobs, {cpu_h:.1f} CPU-hours on one thread "
+          f"(+ about {small_h:.2f} h of aggregate/figure jobs, stated constants, not measured)", file=out)
+    if gpu:
+        print(f"GPU: {dev_h:.1f} GPU-hours, {costs.GPU_NOTE}: assumed {costs.GPU_ASSUMPTIONS}", file=out)
+        print("* GPU-h: " + costs.GPU_NOTE, file=out)
+    else:
+        print(f"wall: {dev_h:.1f} job-hours with the config's threads (thread speed-up assumed, not measured)",
+              file=out)
+    return 0

@@ -1,0 +1,57 @@
+"""`groupsparse status`: one line per job of a study, read from its logs and benchmark files.
+
+Snakemake writes a job's benchmark file when the job ends; a log without one is running (or
+was killed: its age says which), a log with an error line is failed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+ERROR = re.compile(r"^(groupsparse [\w-]+: .*|Traceback \(most recent call last\):|\w+Error: .*)$")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("status", help="what is running, how far it is and what failed, one line per job")
+    p.add_argument("results", nargs="?", default="results/default",
+                   help="the study's results folder (default: results/default)")
+    p.add_argument("--all", action="store_true", help="also list finished jobs (default: only the others)")
+    p.set_defaults(func=run)
+
+
+def job_status(log: Path, benchmark: Path, now: float) -> tuple[str, str]:
+    from ..progress import PATTERN
+
+    text = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    errors = [line for line in text if ERROR.match(line)]
+    progress = [m for m in map(PATTERN.match, text) if m]
+    if benchmark.is_file() and not errors:
+        return "done", progress[-1].group(0)[len("progress: "):] if progress else ""
+    if errors:
+        return "failed", errors[-1][:160]
+    age = now - log.stat().st_mtime
+    where = progress[-1].group(0)[len("progress: "):] if progress else "started"
+    return ("running" if age < 600 else "stalled?"), f"{where} (log written {age:.0f} s ago)"
+
+
+def run(args) -> int:
+    results = Path(args.results)
+    logs = results / "logs"
+    if not logs.is_dir():
+        print(f"groupsparse status: {logs} does not exist: no job of this study has started "
+              f"(results folders here: {', '.join(sorted(p.name for p in results.parent.glob('*') if p.is_dir())) or 'none'})")
+        return 1
+    now = time.time()
+    counts: dict[str, int] = {}
+    lines = []
+    for log in sorted(logs.rglob("*.log")):
+        job = log.relative_to(logs).with_suffix("")
+        state, detail = job_status(log, results / "benchmarks" / job.with_suffix(".tsv"), now)
+        counts[state] = counts.get(state, 0) + 1
+        if args.all or state != "done":
+            lines.append(f"{str(job):<48} {state:<9} {detail}")
+    print("\n".join(lines) if lines else "no job running or failed")
+    print("jobs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    return 1 if counts.get("failed") else 0

@@ -1,0 +1,70 @@
+"""Progress lines with the time left, and `groupsparse status` reading logs and benchmark files."""
+
+from __future__ import annotations
+
+import io as stdio
+import os
+import time
+
+from groupsparse import cli
+from groupsparse.progress import PATTERN, Progress
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_progress_estimates_the_time_left_from_the_average_pace():
+    clock, out = Clock(), stdio.StringIO()
+    bar = Progress(100, "steps", every=5, stream=out, clock=clock)
+    clock.t = 10.0
+    bar.update(25)          # 25 steps in 10 s: 75 left at that pace is 30 s
+    clock.t = 11.0
+    bar.update(27)          # throttled: within 5 s of the last line
+    clock.t = 40.0
+    bar.update(100)         # the end is always printed
+    lines = out.getvalue().splitlines()
+    assert lines == ["progress: 25/100 steps (25%), 10s elapsed, about 30s left",
+                     "progress: 100/100 steps (100%), 40s elapsed"]
+    assert all(PATTERN.match(line) for line in lines)
+
+
+def _job(results, name, log_text, benchmark=False, age=0.0):
+    log = results / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(log_text)
+    if age:
+        os.utime(log, (time.time() - age, time.time() - age))
+    if benchmark:
+        tsv = results / "benchmarks" / f"{name}.tsv"
+        tsv.parent.mkdir(parents=True, exist_ok=True)
+        tsv.write_text("s\n1.0\n")
+
+
+def test_status_shows_running_failed_and_stalled_jobs_one_line_each(tmp_path, capsys):
+    results = tmp_path / "results" / "study"
+    _job(results, "pretrain/base/seeds0-4", "progress: 3000/3000 steps (100%), 30s elapsed\n", benchmark=True)
+    _job(results, "pretrain/big/seeds0-4", "x\nprogress: 1200/3000 steps (40%), 12s elapsed, about 18s left\n")
+    _job(results, "transfer/base/seeds0-4/linear", "groupsparse transfer: bad input: ck.safetensors: truncated\n")
+    _job(results, "transfer/old/seeds0-4/linear", "progress: 1/9 fits (11%), 1s elapsed, about 8s left\n",
+         age=3600)
+    code = cli.main(["status", str(results)])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1  # a failed job
+    assert len(out) == 4  # finished jobs are hidden unless --all; one summary line
+    big = next(line for line in out if "pretrain/big" in line)
+    assert "running" in big and "1200/3000 steps (40%)" in big and "about 18s left" in big
+    assert "failed" in next(line for line in out if "transfer/base" in line)
+    assert "stalled?" in next(line for line in out if "transfer/old" in line)
+    assert out[-1] == "jobs: 1 done, 1 failed, 1 running, 1 stalled?"
+    assert cli.main(["status", str(results), "--all"]) == 1
+    assert any("pretrain/base" in line and "done" in line for line in capsys.readouterr().out.splitlines())
+
+
+def test_status_of_a_study_that_never_started_says_so(tmp_path, capsys):
+    assert cli.main(["status", str(tmp_path / "results" / "nothing")]) == 1
+    assert "no job of this study has started" in capsys.readouterr().out

@@ -1,0 +1,77 @@
+"""Studies never overwrite or mix: each writes under results/<study_name>/ only; results are
+readable by colleagues (the umask's mode, not mkstemp's private 0600)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from groupsparse import io, preflight
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def planned_outputs(workdir: Path, *configfiles: str) -> set[str]:
+    """Every file a dry run plans to write (its 'output:' lines), relative to the workdir."""
+    args = ["snakemake", "-s", str(REPO / "Snakefile"), "-n", "--cores", "1", "-d", str(workdir)]
+    if configfiles:
+        args += ["--configfile", *configfiles]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    outputs = set()
+    for line in res.stdout.splitlines():
+        if line.strip().startswith("output:"):
+            outputs |= {p.strip() for p in line.split(":", 1)[1].split(",")}
+    assert outputs
+    return outputs
+
+
+def test_each_shipped_study_plans_only_inside_its_own_folder(tmp_path):
+    studies = {"default": [], "tiny": [str(REPO / "configs/tiny.yaml")], "paper": [str(REPO / "configs/paper.yaml")],
+               "scaling": [str(REPO / "configs/scaling.yaml")]}
+    planned = {name: planned_outputs(tmp_path / name, *files) for name, files in studies.items()}
+    for name, outputs in planned.items():
+        outside = sorted(p for p in outputs if not p.startswith(f"results/{name}/"))
+        assert not outside, f"{name} writes outside results/{name}/: {outside[:5]}"
+    names = list(planned)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not planned[a] & planned[b], f"{a} and {b} would write the same files"
+
+
+def test_the_results_folder_is_named_by_study_name_or_by_the_config_file(tmp_path):
+    assert preflight.study_name({"study_name": "mine"}, ["configs/paper.yaml"]) == "mine"
+    assert preflight.study_name({}, ["configs/paper.yaml", "extra.yaml"]) == "paper"
+    with pytest.raises(preflight.StudyRefused, match="study_name"):
+        preflight.study_name({}, ["configs/my-study.yaml"])  # '-' cannot name a folder here: say so
+    cfg = yaml.safe_load((REPO / "configs/tiny.yaml").read_text())
+    del cfg["study_name"]
+    (tmp_path / "smoke.yaml").write_text(yaml.safe_dump(cfg))
+    outputs = planned_outputs(tmp_path / "w", str(tmp_path / "smoke.yaml"))
+    assert all(p.startswith("results/smoke/") for p in outputs)
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_atomic_writes_take_the_mode_the_umask_gives(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        io.write_text_atomic(tmp_path / "a.txt", "x")
+        io.content_file(tmp_path, "spec", "{}")
+    finally:
+        os.umask(old)
+    for path in tmp_path.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
+
+
+def test_spec_files_are_content_addressed_and_never_rewritten(tmp_path):
+    first = io.content_file(tmp_path, "run.pretrain", '{"a": 1}')
+    mtime = first.stat().st_mtime_ns
+    assert io.content_file(tmp_path, "run.pretrain", '{"a": 1}') == first
+    assert first.stat().st_mtime_ns == mtime
+    other = io.content_file(tmp_path, "run.pretrain", '{"a": 2}')
+    assert other != first and first.read_text() == '{"a": 1}'
