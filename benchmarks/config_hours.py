@@ -106,8 +106,8 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(1)
     cache: dict = {}
-    lines = ["| config | runs | seeds x steps | pretraining CPU-hours (measured step costs) | "
-             "GPU-hours (estimate) | largest run |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [("| config | runs | seeds x steps | pretraining CPU-hours (measured step costs) | "
+              "GPU-hours (estimate) | largest run |"), "| --- | --- | --- | --- | --- | --- |"]
     detail = ["| config | run | d | D | batch | dtype | seeds | steps | ms / seed-step | CPU-h | GPU-h (est.) |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path in configs:

@@ -130,10 +130,9 @@ def main() -> int:
         print("no CUDA device visible to torch: nothing to check here")
         return 1
     failed = []
-    if "tests" not in args.skip:
-        if sh([sys.executable, "-m", "pytest", "-q", "-rs", "-k", "cuda", "tests/test_fastpath.py", "tests/test_core.py"],
-              cwd=ROOT):
-            failed.append("CUDA tests")
+    tests = [sys.executable, "-m", "pytest", "-q", "-rs", "-k", "cuda", "tests/test_fastpath.py", "tests/test_core.py"]
+    if "tests" not in args.skip and sh(tests, cwd=ROOT):
+        failed.append("CUDA tests")
     if "workflow" not in args.skip:
         with tempfile.TemporaryDirectory() as tmp:
             rc = sh(["snakemake", "-s", str(ROOT / "Snakefile"), "--directory", tmp,

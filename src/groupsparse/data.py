@@ -143,7 +143,7 @@ def _draw_features(spec: TaskSpec, m: int, gen: torch.Generator, dtype: torch.dt
     with ``inner``, else (m, D, d) [sample, group, coordinate] (the order float64 draws keep)."""
     d, D = spec.d, spec.D
     shape = (d, D, m) if inner else (m, D, d)
-    new = dict(dtype=dtype, device=gen.device)
+    new = {"dtype": dtype, "device": gen.device}
     if spec.features == "gaussian":
         X = standard_normal(shape, gen, dtype)
         return X if spec.sigma_x == 1 else X.mul_(spec.sigma_x)  # in place: no extra pass when sigma = 1
