@@ -408,7 +408,8 @@ def sweep_section(torch, table, args, ceilings) -> float | None:
             _, block = project_step_fn(torch, spec, [0])
             block(1)
             steps = max(1, min(args.steps, int(2e9 // dense_flops(B, D, d)) or 1))
-            ts = timed_blocks({"step": functools.partial(block, steps)}, max(2, args.repeats // 2))["step"]
+            # at least 5 blocks even with --quick: a step at D = 64 is one block of ~0.1 s, easily disturbed
+            ts = timed_blocks({"step": functools.partial(block, steps)}, max(5, args.repeats // 2))["step"]
             times[(d, D)] = (min(ts) / steps, statistics.median(ts) / steps)
     ref = (SWEEP_d[-1], SWEEP_D[-1])
     per_kflop = times[ref][0] / kernel_flops(B, ref[1], ref[0])   # seconds per kernel FLOP at the largest point
