@@ -202,7 +202,8 @@ def pretraining_section(torch, table, args, ceilings):
             project(2)
             reference(2)
             ts = timed_blocks(
-                {"project": lambda: project(args.steps), "reference": lambda: reference(args.steps)}, args.repeats
+                {"project": lambda p=project: p(args.steps), "reference": lambda r=reference: r(args.steps)},
+                args.repeats,
             )
             B, D, d = spec.pretrain.batch, spec.task.D, spec.task.d
             flops = n_seeds * dense_flops(B, D, d)
@@ -252,7 +253,7 @@ def compute_only(torch, table, args, ceilings):
     project(2)
     reference(2)
     ts = timed_blocks(
-        {"project": lambda: project(args.steps), "reference": lambda: reference(args.steps)}, args.repeats
+        {"project": lambda p=project: p(args.steps), "reference": lambda r=reference: r(args.steps)}, args.repeats
     )
     best = {k: min(v) / args.steps for k, v in ts.items()}
     flops = len(seeds) * dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d)
