@@ -128,3 +128,21 @@ def test_version_help_and_an_empty_selection(tmp_path, capsys):
     assert cli.main(["summary", str(table), "--where", "run=nothing"]) == 1
     out = capsys.readouterr().out
     assert "no rows" in out and "base, digits" in out and "Empty DataFrame" not in out
+
+
+def test_snapshot_refuses_numbers_that_do_not_come_from_head(tmp_path, capsys):
+    from groupsparse.report import results_commit_problem
+
+    results = tmp_path / "results"
+    results.mkdir()
+    head = io.git_commit()
+    for made_by, refused in (
+        (head.removesuffix("+dirty") + "+dirty", True),
+        ("0" * 40, True),
+        (head, "+dirty" in head),
+    ):
+        (results / "provenance.json").write_text(json.dumps({"git_commit": made_by}))
+        assert (results_commit_problem(results) is not None) == refused, made_by
+    (results / "provenance.json").write_text(json.dumps({"git_commit": "0" * 40}))
+    code = cli.main(["snapshot", "--results", str(results), "--readme", str(tmp_path / "R.md")])
+    assert code != 0 and "HEAD" in capsys.readouterr().err and not (tmp_path / "R.md").exists()
