@@ -272,7 +272,8 @@ class Trainer:
     def metrics(self, step: int, train_loss: torch.Tensor, active: torch.Tensor) -> list[dict]:
         f, mean_attn = self.eval_forward()
         eval_loss = logistic_loss(f, self.y_eval)
-        acc = (torch.sign(f) == self.y_eval).to(torch.float64).mean(-1)
+        # a tie (f = 0, as at the zero start) is a coin flip: it counts 1/2, so step 0 is at chance
+        acc = ((1 + torch.sign(f) * self.y_eval) / 2).to(torch.float64).mean(-1)
         mass = _attention_mass(mean_attn, self.relevant)
         d = self.spec.task.d
         v = self.params["v"]

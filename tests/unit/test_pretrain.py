@@ -380,3 +380,10 @@ def test_diverged_seed_is_frozen_and_others_unaffected():
 
 
 # --- data and seeding -----------------------------------------------------------------------
+
+
+def test_accuracy_at_the_zero_start_is_chance_not_zero():
+    """f = 0 for every input at W = 0, v = 0: a tie is a coin flip and counts 1/2 (the figures drew 0.0)."""
+    res = Trainer(tiny(pretrain={"steps": 2, "record_every": 1}), [0, 1]).run()
+    start = res.trajectory[res.trajectory["step"] == 0]
+    assert (start["eval_accuracy"] == 0.5).all()
