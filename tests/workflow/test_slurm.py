@@ -2,8 +2,9 @@
 
 tests/slurm_cluster.py starts munge, slurmctld and slurmd on loopback; the tiny config then runs
 once with ``--executor slurm --workflow-profile workflow/profiles/slurm`` and once locally, and the two
-must agree table for table: the executor must not change the science. Skips (with the reason)
-where Slurm cannot be started, unless the CI variable is set, where it fails instead.
+must agree table for table: the executor must not change the science. Runs only when asked
+(GROUPSPARSE_SLURM_TEST=1, or CI=true); skips (with the reason) where Slurm cannot be started,
+unless CI is set, where it fails instead.
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ from groupsparse.io import TIMING_COLUMNS, read_parquet
 
 from conftest import REPO
 from slurm_cluster import (  # noqa: F401  (slurm_cluster is the fixture)
+    OPT_IN,
     SLURM_CONF,
     SlurmCluster,
     SlurmUnavailable,
+    in_ci,
     make_scratch,
     pid_alive,
     slurm_cluster,
 )
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, OPT_IN]
 
 TINY = Path("configs") / "tiny.yaml"
 SLURM_PROFILE = Path("workflow") / "profiles" / "slurm"
@@ -206,7 +209,7 @@ def test_cluster_stops_its_daemons_and_restores_the_config():
             probe = cluster.run(["srun", "-N1", "-t", "1", "true"], check=False, timeout=60)
             assert probe.returncode == 0, probe.stderr
     except SlurmUnavailable as err:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"CI is set, so Slurm must be available: {err}")
         pytest.skip(f"Slurm unavailable: {err}")
     finally:
