@@ -50,10 +50,12 @@ figure is labelled ``estimate (no GPU measurement)``.
 
 Layout: :mod:`.work` (a job's work from its spec), :mod:`.model` (coefficients and predictions),
 :mod:`.requests` (scheduler requests, the memory check, study totals), :mod:`.fit` (refitting
-from the benchmark files and the measured-vs-predicted report). ``from groupsparse import costs``
+from the benchmark files and the measured-vs-predicted report), :mod:`.cluster` (caps on a
+cluster job: seed chunks and the packing of runs into Slurm jobs). ``from groupsparse import costs``
 gives all of them; none imports torch or (at import) numpy.
 """
 
+from .cluster import DEFAULT_MAX_RUNTIME_MIN, chain_requests, fit_chunks, group_request, pack, slurm_jobs
 from .fit import (
     DEFAULT_DATA,
     TABLES,
@@ -107,6 +109,12 @@ from .work import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_RUNTIME_MIN",
+    "chain_requests",
+    "fit_chunks",
+    "group_request",
+    "pack",
+    "slurm_jobs",
     "COEFFS_PATH",
     "DEFAULT_DATA",
     "DEFAULT_FIT",

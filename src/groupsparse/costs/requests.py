@@ -30,18 +30,26 @@ def request(cost: Cost) -> dict:
     }
 
 
-def pretrain_request(run, chunk: str, device: str | None = None, threads: int = 1) -> dict:
+def _capped(req: dict, max_mem_mb: int | None) -> dict:
+    """The memory request trimmed to ``max_mem_mb`` (the prediction fits: check_memory refuses
+    a study otherwise; only the margin goes)."""
+    return req if max_mem_mb is None else req | {"mem_mb": min(req["mem_mb"], int(max_mem_mb))}
+
+
+def pretrain_request(
+    run, chunk: str, device: str | None = None, threads: int = 1, max_mem_mb: int | None = None
+) -> dict:
     """``resources`` of the pretrain rule for ``run`` (a study.Run) and seed ``chunk`` ("lo-hi")."""
-    return request(pretrain_cost(run.spec, len(run.chunk_seeds(chunk)), device, threads))
+    return _capped(request(pretrain_cost(run.spec, len(run.chunk_seeds(chunk)), device, threads)), max_mem_mb)
 
 
-def transfer_request(run, chunk: str, group: str, device: str | None = None, threads: int = 1) -> dict:
+def transfer_request(
+    run, chunk: str, group: str, device: str | None = None, threads: int = 1, max_mem_mb: int | None = None
+) -> dict:
     """``resources`` of the transfer rule for ``run``, seed ``chunk`` and method ``group``."""
-    return request(
-        transfer_cost(
-            run.spec, run.transfer, run.method_groups[group], run.sizes, len(run.chunk_seeds(chunk)), device, threads
-        )
-    )
+    methods = run.method_groups[group]
+    cost = transfer_cost(run.spec, run.transfer, methods, run.sizes, len(run.chunk_seeds(chunk)), device, threads)
+    return _capped(request(cost), max_mem_mb)
 
 
 def run_key(run) -> str:
