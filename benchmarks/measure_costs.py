@@ -1,4 +1,4 @@
-"""Measure what real jobs cost, for the cost model in src/groupsparse/costs.py.
+"""Measure what real jobs cost, for the cost model in src/groupsparse/costs/.
 
 Runs the real CLI jobs (`groupsparse pretrain ...`, `groupsparse transfer ...`, the same
 command lines as workflow/rules/*.smk) under `/usr/bin/time -v`, one at a time, with one
@@ -15,7 +15,7 @@ machine is shared, so wall times are inflated; the model is fitted to CPU second
     python benchmarks/measure_costs.py --list
     python benchmarks/measure_costs.py --only p_d10_D10_s5,t_d10_D10_linear
     python benchmarks/measure_costs.py            # every point (about 20 minutes on an idle 2-core VM)
-    python benchmarks/measure_costs.py --refit    # then refit src/groupsparse/costs.yaml
+    python benchmarks/measure_costs.py --refit    # then refit src/groupsparse/costs/costs.yaml
 
 A point already in a table is measured again only with --redo (its old row is replaced).
 """
@@ -316,7 +316,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated point names (default: all)")
     ap.add_argument("--redo", action="store_true", help="measure again points already in the tables")
     ap.add_argument("--list", action="store_true", help="list the points and exit")
-    ap.add_argument("--refit", action="store_true", help="refit src/groupsparse/costs.yaml from the tables and exit")
+    ap.add_argument("--refit", action="store_true", help="refit src/groupsparse/costs/costs.yaml from the tables and exit")
     args = ap.parse_args(argv)
     if args.list:
         for p in POINTS:
