@@ -316,7 +316,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated point names (default: all)")
     ap.add_argument("--redo", action="store_true", help="measure again points already in the tables")
     ap.add_argument("--list", action="store_true", help="list the points and exit")
-    ap.add_argument("--refit", action="store_true", help="refit src/groupsparse/costs/costs.yaml from the tables and exit")
+    ap.add_argument(
+        "--refit", action="store_true", help="refit src/groupsparse/costs/costs.yaml from the tables and exit"
+    )
     args = ap.parse_args(argv)
     if args.list:
         for p in POINTS:
