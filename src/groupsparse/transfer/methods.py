@@ -1,11 +1,14 @@
 """The compared methods: one fit function each, and the registry ``METHODS``.
 
-Every method fits a batch of seeds at once on tensors with a leading seed axis,
-X (S, n, D, d) float64 and y (S, n) in {-1, +1}, with ONE hyperparameter setting ``hp``,
-and returns its real-valued output f (the logit; predicted label sign(f)) on each set in
-``evals`` (each (S, m, D, d)), as float64 CPU tensors (S, m). ``gens`` holds each seed's
-own generator (initialisation, sample order). A seed a library cannot fit (e.g. one class
-only in its n samples) gets NaN outputs and its reason in ``errors``.
+Every method fits a batch of entries at once on tensors with a leading entry axis,
+X (S, n, D, d) float64 and y (S, n) in {-1, +1}, with one hyperparameter setting per entry
+(``hps``, a list of S dicts: an entry is a seed, or a (grid point, fold, seed) of the
+cross-validation), and returns its real-valued output f (the logit; predicted label sign(f))
+on each set in ``evals`` (each (S, m, D, d)), as float64 CPU tensors (S, m). The torch methods
+let only the step size (eta / eta_rel; lr / weight_decay) differ across entries. ``gens`` holds
+each entry's own generator (initialisation, sample order). An entry a library cannot fit
+(e.g. one class only in its n samples) gets NaN outputs and its reason in ``errors``. The
+online-SGD methods, given ``online``, also return each entry's average online error.
 """
 
 from __future__ import annotations

@@ -3,6 +3,14 @@
 Every (downstream task, seed, n) draws its n training samples from a generator hashed
 from that identity alone, and every (downstream task, seed) one test set, so all methods
 see the same data and a grid split across jobs gives the same rows as one job.
+
+Each row records the hyperparameters used (``hyperparameters``, JSON: the chosen grid values,
+the rule, the CV score and ``at_edge``; for SGD the absolute step ``eta`` and the scale
+``u_sq_mean``), the rule (``selection``), whether a chosen value sits at an edge of its grid
+(``hp_at_edge``) and, for the online-SGD methods, the average online error (``online_error``):
+(1/n) sum_{t=0}^{n-1} P(y f(Z; W_t, v_t) <= 0), W_t, v_t the iterate after t updates, each
+iterate's error measured on the first ``online_eval_size`` test samples (methods.py:
+``online_iterates``, ``average_online_error``).
 """
 
 from __future__ import annotations
