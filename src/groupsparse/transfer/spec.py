@@ -77,13 +77,15 @@ def _log_grid(low_exp: float, high_exp: float, per_decade: int = 2) -> list[floa
 # are not unstable for the logistic loss (its gradient is bounded; sign(f) is scale-free): on the
 # base task CV picked 3 .. 1e4 from the pretrained v (which must be overridden), 0.03 .. 300 from
 # v = 0, and 0.01 at the lower edge for the scratch model at large n (a first grid from 0.01).
-_ETA_REL = _log_grid(-3, 4)
+# Whole decades: 8 points (a 15-point half-decade grid cost about 2x more and moved n* little).
+_ETA_REL = _log_grid(-3, 4, 1)
 _C_GRID = _log_grid(-4, 4, 1)      # 1e-4 .. 1e4: 8 decades, 9 points
 # AdamW learning rate, whole decades (the nets are the costly fits). With a first grid 1e-4 .. 1e-2
 # on the base task the MLP chose the lower edge 1e-4 at n <= 256 and the standard transformer the
-# upper edge 1e-2 at every n >= 512: the MLP's grid starts at 1e-5, the transformer's ends at 1e-1.
+# upper edge 1e-2 at every n >= 512 (below n = 512 it is at chance whatever the rate): the MLP's grid
+# starts at 1e-5, the transformer's spans 1e-3 .. 1e-1 (three points: its fits dominate the cost).
 _LR_MLP = _log_grid(-5, -2, 1)
-_LR_STD = _log_grid(-4, -1, 1)
+_LR_STD = _log_grid(-3, -1, 1)
 
 # Rule "cv" (the default): each (seed, n) picks, by stratified k-fold cross-validation on its
 # own n samples, the grid point with the best mean validation accuracy (ties: lower mean
@@ -117,7 +119,7 @@ class TransferSpec:
     sigma_x: float | None = None           # None: the pretraining task's sigma_x
     selection: str = "cv"                  # hyperparameter rule: cv (k-fold CV on the n samples) | fixed
     cv_folds: int = 3                      # k; reduced to floor(n / 2) when n < 2k (runner._select)
-    cv_large_n: int = 256                  # from this n on: one holdout split instead of k fits (cost)
+    cv_large_n: int = 128                  # from this n on: one holdout split instead of k fits (cost)
     cv_holdout_folds: int = 2              # ... validating on 1/cv_holdout_folds of the samples (1/2: 50/50)
     online_eval_size: int = 1000           # test samples (the first of the test set) scoring each online iterate
     online_points: int = 64                # iterates scored per online-SGD fit: all when n <= this, else log-spaced
