@@ -93,6 +93,7 @@ from .requests import (
     transfer_request,
 )
 from .work import (
+    COEFFICIENTS_OF,
     DEFAULT_FIT,
     DEFAULT_GRID_SIZE,
     DOWNSTREAM,
@@ -117,6 +118,7 @@ __all__ = [
     "slurm_jobs",
     "COEFFS_PATH",
     "DEFAULT_DATA",
+    "COEFFICIENTS_OF",
     "DEFAULT_FIT",
     "DEFAULT_GRID_SIZE",
     "DEFAULT_MEM_LIMIT_MB",

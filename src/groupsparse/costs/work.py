@@ -8,6 +8,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..transfer.spec import DEFAULT_GRIDS, ONLINE_METHODS, TransferSpec  # torch-free
+
+# Methods with fitted coefficients of their own (measured); every other method's work is that of
+# the method it is computed like (COEFFICIENTS_OF): a fresh v (v0) costs what the pretrained start
+# costs, the probe is a logistic regression on the m features u(X) plus the model's forward pass.
 TRANSFER_METHODS = (
     "pretrained_finetune",
     "pretrained_frozen_W",
@@ -17,7 +22,12 @@ TRANSFER_METHODS = (
     "mlp",
     "std_transformer",
 )
-PAPER_SGD = ("pretrained_finetune", "pretrained_frozen_W", "scratch_transformer")
+COEFFICIENTS_OF = {
+    "pretrained_finetune_v0": "pretrained_finetune",
+    "pretrained_frozen_W_v0": "pretrained_frozen_W",
+    "pretrained_probe": "logreg",
+}
+PAPER_SGD = ONLINE_METHODS
 DOWNSTREAM = ("transfer", "negative_control")
 DTYPE_BYTES = {"float32": 4, "float64": 8}
 N_LOG_STEPS = 40  # pretrain.N_LOG_STEPS (recording grid)
@@ -25,23 +35,14 @@ N_LOG_STEPS = 40  # pretrain.N_LOG_STEPS (recording grid)
 # Transfer defaults mirrored from transfer/spec.py (torch-free copies; a test checks they agree).
 _NET = {"batch": 64, "epochs": 20, "min_steps": 200, "max_steps": 1000}
 DEFAULT_FIT = {
-    "pretrained_finetune": {"passes": 1},
-    "pretrained_frozen_W": {"passes": 1},
-    "scratch_transformer": {"passes": 1},
+    **{method: {"passes": 1} for method in ONLINE_METHODS},
     "logreg": {},
+    "pretrained_probe": {},
     "group_lasso": {},
     "mlp": {"width": 128, "depth": 2, **_NET},
     "std_transformer": {"width": 32, "heads": 4, "layers": 2, "ff_width": 64, **_NET},
 }
-DEFAULT_GRID_SIZE = {
-    "pretrained_finetune": 3,
-    "pretrained_frozen_W": 3,
-    "scratch_transformer": 3,
-    "logreg": 5,
-    "group_lasso": 4,
-    "mlp": 3,
-    "std_transformer": 3,
-}
+DEFAULT_GRID_SIZE = {method: math.prod(len(v) for v in grid.values()) for method, grid in DEFAULT_GRIDS.items()}
 
 
 def record_count(steps: int, every: int, attention_checkpoints: int) -> int:
@@ -158,6 +159,9 @@ def fit_work(method: str, n: int, n_eval: int, seeds: int, d: int, D: int, m: in
     if method in ("logreg", "group_lasso"):
         p = D * d
         return S, S * n * p, S * n_eval * p
+    if method == "pretrained_probe":  # u(X) = Z S 1 by the forward pass, then a logistic regression on m features
+        forward = D * m * (m + D)
+        return S, S * n * (m + forward), S * n_eval * (m + forward)
     batch, steps = _net_steps(n, hp)
     if method == "mlp":
         w, depth = hp["width"], hp["depth"]
@@ -168,24 +172,28 @@ def fit_work(method: str, n: int, n_eval: int, seeds: int, d: int, D: int, m: in
     return steps, S * steps * batch * per, S * n_eval * per
 
 
-def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int]) -> list[Fit]:
-    """Every fit a transfer job performs, per downstream task: one final fit per (n, method),
-    plus cv_folds x grid fits on (k-1)/k of the samples when ``selection: cv`` (and n >= 2k)."""
-    downstream = transfer.get("downstream", DOWNSTREAM)
-    test = transfer.get("test_size", 10000)
-    cv = transfer.get("selection", "fixed") == "cv"
-    k = transfer.get("cv_folds", 3)
-    grids = transfer.get("grids", {}) or {}
+def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], online: bool = True) -> list[Fit]:
+    """Every fit a transfer job performs, per downstream task: one final fit per (n, method), plus,
+    under ``selection: cv``, grid points x fitted folds on the training part of each split (the
+    transfer spec's own folds(n): k folds below cv_large_n, one holdout split from it on). An
+    online-SGD fit also scores its iterates on online_eval_size test samples (counted as evaluation;
+    ``online=False`` for jobs measured before the online error was recorded)."""
+    spec = TransferSpec.from_dict({k: v for k, v in transfer.items() if k in TransferSpec.__dataclass_fields__})
+    online = online and not transfer.get("_measured_without_online_error", False)
+    downstream = spec.downstream
+    test = spec.test_size
     fits = []
     for _ in downstream:
         for n in sizes:
             for method in methods:
-                if cv and n >= 2 * k:
-                    grid = grids.get(method)
-                    points = math.prod(len(v) for v in grid.values()) if grid else DEFAULT_GRID_SIZE[method]
+                scored = online and method in ONLINE_METHODS
+                online_n = min(n, spec.online_points) * spec.online_eval_size if scored else 0
+                k, fitted = spec.folds(n)
+                if spec.selection == "cv" and k >= 2:
+                    points = math.prod(len(v) for v in spec.method_grid(method).values())
                     val = n // k
-                    fits += [Fit(method, n - val, val)] * (points * k)
-                fits.append(Fit(method, n, n + test))
+                    fits += [Fit(method, n - val, val + online_n)] * (points * fitted)
+                fits.append(Fit(method, n, n + test + online_n))
     return fits
 
 
