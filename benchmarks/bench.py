@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
-import math
 import statistics
 import sys
 import tempfile
@@ -23,7 +22,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TARGETS = {"speedup": 4.0, "ceiling_fraction": 0.30, "overhead": 1.3, "peak_gib": 2.0, "study_minutes": 15.0}
+TARGETS = {
+    "speedup": 4.0,
+    "ceiling_fraction": 0.30,
+    "large_ceiling_fraction": 0.50,
+    "overhead": 1.3,
+    "peak_gib": 2.0,
+    "study_minutes": 15.0,
+}
+LARGEST = {"d": 40, "D": 64, "dtype": "float64", "batch": 1024}  # configs/scaling.yaml's largest point
+SWEEP_D, SWEEP_d = (4, 8, 16, 32, 64), (10, 40)
 AGREE_TOL = {"eval_loss": 1e-3, "attention_on_relevant": 1e-3, "eval_accuracy": 2e-3, "cos_v1_vstar": 1e-3}
 
 
@@ -36,17 +44,28 @@ class Table:
     def add(self, section, case, value=None, unit="", gflops=None, ceiling=None, ratio=None, note=""):
         def num(x, fmt):
             return "-" if x is None else format(x, fmt)
+
         pct = None if gflops is None or ceiling is None else 100 * gflops / ceiling
-        self.rows.append([section, case, num(value, ".4g") if not isinstance(value, str) else value, unit,
-                          num(gflops, ".1f"), num(pct, ".0f"), num(ratio, ".2f") if not isinstance(ratio, str)
-                          else ratio, note])
+        self.rows.append(
+            [
+                section,
+                case,
+                num(value, ".4g") if not isinstance(value, str) else value,
+                unit,
+                num(gflops, ".1f"),
+                num(pct, ".0f"),
+                num(ratio, ".2f") if not isinstance(ratio, str) else ratio,
+                note,
+            ]
+        )
         print("  " + " | ".join(self.rows[-1]), flush=True)
 
     def markdown(self) -> str:
         widths = [max(len(r[i]) for r in [list(self.header)] + self.rows) for i in range(len(self.header))]
         line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
-        return "\n".join([line(self.header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-                         + [line(r) for r in self.rows])
+        return "\n".join(
+            [line(self.header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in self.rows]
+        )
 
 
 def timed_blocks(fns: dict, repeats: int) -> dict[str, list[float]]:
@@ -65,12 +84,32 @@ def best_median(ts: list[float]) -> tuple[float, float]:
 
 
 # -- 1. the machine's ceiling ---------------------------------------------------------------------
+def measure_ceilings(torch, table, args, n: int, when: str) -> dict[str, float]:
+    """GEMM GFLOP/s per dtype: the best of square n, n/2 and n/4 (shorter blocks, more of them: on a shared
+    machine a short block more often runs undisturbed, so the ceiling is not underestimated)."""
+    out = {}
+    for dt in ("float32", "float64"):
+        sizes = (n, n // 2, n // 4)
+        rates = [gemm_gflops(torch, getattr(torch, dt), k, (args.repeats + 2) * 4**i) for i, k in enumerate(sizes)]
+        out[dt] = max(rates)
+        table.add(
+            "ceiling",
+            f"GEMM {dt}, best of {'^2, '.join(map(str, sizes))}^2 ({when})",
+            out[dt],
+            "GFLOP/s",
+            out[dt],
+            out[dt],
+            note="torch.mm, best of repeats: " + ", ".join(f"{k}^2 {r:.1f}" for k, r in zip(sizes, rates)),
+        )
+    return out
+
+
 def gemm_gflops(torch, dtype, n: int, repeats: int) -> float:
     a = torch.randn(n, n, dtype=dtype)
     b = torch.randn(n, n, dtype=dtype)
     a @ b
     ts = timed_blocks({"mm": lambda: a @ b}, repeats)["mm"]
-    return 2 * n ** 3 / min(ts) / 1e9
+    return 2 * n**3 / min(ts) / 1e9
 
 
 # -- 3. the straightforward reference -------------------------------------------------------------
@@ -91,10 +130,10 @@ def make_reference(torch, spec, seed: int, dtype, fresh_data: bool = True):
             self.v = nn.Parameter(torch.zeros(d + D, dtype=dtype))
             self.register_buffer("P", sine_positions(D, dtype))
 
-        def forward(self, X):                                               # X (B, D, d), rows x_j
+        def forward(self, X):  # X (B, D, d), rows x_j
             Z = torch.cat([X, self.P.expand(X.shape[0], D, D)], dim=2).transpose(1, 2)  # (B, m, D): columns z_j
-            S = torch.softmax(Z.transpose(1, 2) @ self.W @ Z, dim=1)      # (B, D, D): softmax over keys i
-            return ((self.v @ Z).unsqueeze(1) @ S).sum((1, 2))             # f = v^T Z S 1
+            S = torch.softmax(Z.transpose(1, 2) @ self.W @ Z, dim=1)  # (B, D, D): softmax over keys i
+            return ((self.v @ Z).unsqueeze(1) @ S).sum((1, 2))  # f = v^T Z S 1
 
     task = draw_task(spec.task, *task_identity(spec, seed))
     model = PaperTransformer()
@@ -116,31 +155,41 @@ def make_reference(torch, spec, seed: int, dtype, fresh_data: bool = True):
         loss.backward()
         opt.step()
         return loss
+
     return step
 
 
 # -- 2./3. pretraining throughput -----------------------------------------------------------------
-def run_spec(dtype: str, steps: int = 3000, **pretrain):
+def run_spec(dtype: str, steps: int = 3000, task: dict | None = None, pretrain: dict | None = None, **more):
     from groupsparse.specs import RunSpec
-    return RunSpec.from_dict({"study_seed": 20250411, "task_name": "bench", "dtype": dtype,
-                              "pretrain": {"steps": steps, **pretrain}})
+
+    return RunSpec.from_dict(
+        {
+            "study_seed": 20250411,
+            "task_name": "bench",
+            "dtype": dtype,
+            "task": task or {},
+            "pretrain": {"steps": steps, **(pretrain or {}), **more},
+        }
+    )
 
 
 def project_step_fn(torch, spec, seeds):
     from groupsparse.pretrain import Trainer
+
     trainer = Trainer(spec, seeds)
     active = torch.ones(len(seeds), dtype=torch.bool)
 
     def block(steps):
-        for _ in range(steps):
-            X, y = trainer.batch()
-            _, grads = trainer.loss_and_grads(X, y)
-            trainer.descend(grads, active)
+        for _ in range(steps):  # what Trainer.run does per step, without the recording
+            trainer.step(active)
+
     return trainer, block
 
 
 def pretraining_section(torch, table, args, ceilings):
     from groupsparse.fastpath import dense_flops
+
     results = {}
     for dtype in ("float32", "float64"):
         for n_seeds in (1, 5):
@@ -152,8 +201,10 @@ def pretraining_section(torch, table, args, ceilings):
             reference = functools.partial(run_one_seed_at_a_time, refs)
             project(2)
             reference(2)
-            ts = timed_blocks({"project": lambda: project(args.steps), "reference": lambda: reference(args.steps)},
-                              args.repeats)
+            ts = timed_blocks(
+                {"project": lambda p=project: p(args.steps), "reference": lambda r=reference: r(args.steps)},
+                args.repeats,
+            )
             B, D, d = spec.pretrain.batch, spec.task.D, spec.task.d
             flops = n_seeds * dense_flops(B, D, d)
             for who in ("project", "reference"):
@@ -162,10 +213,16 @@ def pretraining_section(torch, table, args, ceilings):
             for who in ("project", "reference"):
                 per_step = results[(who, dtype, n_seeds)]
                 med = statistics.median(ts[who]) / args.steps
-                table.add("pretrain", f"{who}, {n_seeds} seed{'s' if n_seeds > 1 else ''}, {dtype}",
-                          n_seeds * B / per_step, "samples*steps/s", flops / per_step / 1e9, ceilings[dtype],
-                          ratio if who == "project" else 1.0,
-                          f"{per_step * 1e3:.2f} ms/step (median {med * 1e3:.2f})")
+                table.add(
+                    "pretrain",
+                    f"{who}, {n_seeds} seed{'s' if n_seeds > 1 else ''}, {dtype}",
+                    n_seeds * B / per_step,
+                    "samples*steps/s",
+                    flops / per_step / 1e9,
+                    ceilings[dtype],
+                    ratio if who == "project" else 1.0,
+                    f"{per_step * 1e3:.2f} ms/step (median {med * 1e3:.2f})",
+                )
     compute_only(torch, table, args, ceilings)
     return results
 
@@ -180,28 +237,37 @@ def run_one_seed_at_a_time(refs, steps):
 def compute_only(torch, table, args, ceilings):
     """The same comparison without the data draw: each side reuses one batch (5 seeds, float32)."""
     from groupsparse.fastpath import dense_flops
+
     spec = run_spec("float32")
     seeds = list(range(5))
     trainer, _ = project_step_fn(torch, spec, seeds)
-    X, y = trainer.batch()
+    drawn = trainer.draw()
     active = torch.ones(len(seeds), dtype=torch.bool)
 
     def project(steps):
         for _ in range(steps):
-            trainer.descend(trainer.loss_and_grads(X, y)[1], active)
+            trainer.descend(trainer.step_grads(drawn)[1], active)
+
     refs = [make_reference(torch, spec, s, torch.float32, fresh_data=False) for s in seeds]
     reference = functools.partial(run_one_seed_at_a_time, refs)
     project(2)
     reference(2)
-    ts = timed_blocks({"project": lambda: project(args.steps), "reference": lambda: reference(args.steps)},
-                      args.repeats)
+    ts = timed_blocks(
+        {"project": lambda p=project: p(args.steps), "reference": lambda r=reference: r(args.steps)}, args.repeats
+    )
     best = {k: min(v) / args.steps for k, v in ts.items()}
     flops = len(seeds) * dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d)
     for who in ("project", "reference"):
-        table.add("compute", f"{who}, 5 seeds, float32, one batch reused (no data draw)",
-                  len(seeds) * spec.pretrain.batch / best[who], "samples*steps/s", flops / best[who] / 1e9,
-                  ceilings["float32"], best["reference"] / best[who] if who == "project" else 1.0,
-                  f"{best[who] * 1e3:.2f} ms/step")
+        table.add(
+            "compute",
+            f"{who}, 5 seeds, float32, one batch reused (no data draw)",
+            len(seeds) * spec.pretrain.batch / best[who],
+            "samples*steps/s",
+            flops / best[who] / 1e9,
+            ceilings["float32"],
+            best["reference"] / best[who] if who == "project" else 1.0,
+            f"{best[who] * 1e3:.2f} ms/step",
+        )
 
 
 # -- kernel ablation --------------------------------------------------------------------------------
@@ -230,15 +296,23 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
 
     def fast(inputs, labels, anti):
         return [fastpath.seed_loss_and_grads(W[s], v[s], inputs[s], labels[s], P, 1.0, anti) for s in range(S)]
+
     fns = {
         "dense closed form (model.py), seeds batched": lambda: loss_and_grads_closed_form(W, v, Z, y),
         "fast kernel, mirror not folded": lambda: fast(fulls, y, False),
         "fast kernel": lambda: fast(halves, y[:, :H], True),
-        "draw 5 batches: torch.randn float64": lambda: [torch.randn(H, D, d, generator=g, dtype=torch.float64)
-                                                         for g in gens],
-        "draw 5 batches: data.standard_normal": lambda: [standard_normal((H, D, d), g) for g in gens],
-        "draw 5 batches: torch.randn float32 (not used)": lambda: [
-            torch.randn(H, D, d, generator=g, dtype=torch.float32) for g in gens],
+        "draw 5 batches: torch.randn float64": lambda: [
+            torch.randn(H, D, d, generator=g, dtype=torch.float64) for g in gens
+        ],
+        "draw 5 batches: data.standard_normal float64 (float64 runs)": lambda: [
+            standard_normal((H, D, d), g) for g in gens
+        ],
+        "draw 5 batches: data.standard_normal float32 (float32 runs)": lambda: [
+            standard_normal((d, D, H), g, torch.float32) for g in gens
+        ],
+        "draw 5 batches + labels: task.sample_inner float32 (float32 runs)": lambda: [
+            t.sample_inner(B, g, dtype=torch.float32) for t, g in zip(tasks, gens)
+        ],
     }
     for fn in fns.values():
         fn()
@@ -249,15 +323,23 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
     for name, t in ts.items():
         best, med = best_median(t)
         draw = name.startswith("draw")
-        table.add("kernel", f"{name} [{allocator}]", best * 1e3, "ms", None if draw else flops / best / 1e9,
-                  ceilings and ceilings["float32"], ratio=(randn if draw else base) / best,
-                  note=f"median {med * 1e3:.2f} ms")
+        table.add(
+            "kernel",
+            f"{name} [{allocator}]",
+            best * 1e3,
+            "ms",
+            None if draw else flops / best / 1e9,
+            ceilings and ceilings["float32"],
+            ratio=(randn if draw else base) / best,
+            note=f"median {med * 1e3:.2f} ms",
+        )
 
 
 # -- torch.compile ------------------------------------------------------------------------------------
 def compile_section(torch, table, args):
     """The fast kernel under torch.compile, timed interleaved with the eager kernel in the same Trainer."""
     from groupsparse import fastpath
+
     spec = run_spec("float32")
     eager_kernel = fastpath.seed_loss_and_grads
     compiled = torch.compile(eager_kernel, dynamic=False, fullgraph=True)
@@ -277,6 +359,7 @@ def compile_section(torch, table, args):
             block(steps)
         finally:
             fastpath.seed_loss_and_grads = eager_kernel
+
     try:
         fastpath.seed_loss_and_grads = compiled
         got = trainer.loss_and_grads(X, y)
@@ -285,41 +368,271 @@ def compile_section(torch, table, args):
         alone = one.loss_and_grads(X[3:4], y[3:4])
     finally:
         fastpath.seed_loss_and_grads = eager_kernel
-    dev = max(float(((got[1][k] - want[1][k]).abs().max() / want[1][k].abs().max())) for k in want[1])
+    dev = max(float((got[1][k] - want[1][k]).abs().max() / want[1][k].abs().max()) for k in want[1])
     same_bits = all(torch.equal(alone[1][k][0], got[1][k][3]) for k in got[1])
-    ts = timed_blocks({"eager": lambda: use(eager_kernel, args.steps), "compiled": lambda: use(compiled, args.steps)},
-                      args.repeats)
+    ts = timed_blocks(
+        {"eager": lambda: use(eager_kernel, args.steps), "compiled": lambda: use(compiled, args.steps)}, args.repeats
+    )
     eager, comp = (min(ts[k]) / args.steps for k in ("eager", "compiled"))
-    table.add("compile", "project, 5 seeds, float32: eager kernel", eager * 1e3, "ms/step", ratio=1.0,
-              note="timed interleaved with the row below")
-    table.add("compile", "project, 5 seeds, float32: kernel under torch.compile", comp * 1e3, "ms/step",
-              ratio=eager / comp, note=f"compile {compile_s:.1f} s (inductor's disk cache may shorten it); "
-                                       f"max rel. gradient deviation from eager {dev:.1e}; "
-                                       f"seed alone == in batch: {same_bits}")
+    table.add(
+        "compile",
+        "project, 5 seeds, float32: eager kernel",
+        eager * 1e3,
+        "ms/step",
+        ratio=1.0,
+        note="timed interleaved with the row below",
+    )
+    table.add(
+        "compile",
+        "project, 5 seeds, float32: kernel under torch.compile",
+        comp * 1e3,
+        "ms/step",
+        ratio=eager / comp,
+        note=f"compile {compile_s:.1f} s (inductor's disk cache may shorten it); "
+        f"max rel. gradient deviation from eager {dev:.1e}; "
+        f"seed alone == in batch: {same_bits}",
+    )
 
 
 # -- float32 against float64, and the whole run ---------------------------------------------------------
 def agreement_section(torch, table, args):
     from groupsparse.pretrain import Trainer
+
     res = {}
     for dtype in ("float32", "float64"):
         spec = run_spec(dtype, steps=args.agree_steps)
         t0 = time.perf_counter()
-        res[dtype] = Trainer(spec, list(range(5))).run()
+        # the float64 run is fed the float32 run's samples (drawn in float32, cast up): the comparison
+        # isolates the arithmetic's precision; a float64 run of the study draws float64 normals
+        res[dtype] = Trainer(spec, list(range(5)), draw_dtype=torch.float32).run()
         wall = time.perf_counter() - t0
-        table.add("run", f"Trainer.run, 5 seeds x {args.agree_steps} steps, {dtype}", wall, "s",
-                  note="whole run: steps, evaluation and recording")
+        table.add(
+            "run",
+            f"Trainer.run, 5 seeds x {args.agree_steps} steps, {dtype}"
+            + (" (float32 samples)" if dtype == "float64" else ""),
+            wall,
+            "s",
+            note="whole run: steps, evaluation and recording",
+        )
     a, b = (res[k].trajectory.set_index(["seed", "step"]) for k in ("float32", "float64"))
     ok_all = True
     for col, tol in AGREE_TOL.items():
         diff = float((a[col] - b[col]).abs().max())
         ok = diff <= tol
         ok_all &= ok
-        table.add("agree", f"float32 - float64: max |{col}| over the trajectory", diff, "", ratio="PASS" if ok else
-                  "FAIL", note=f"tolerance {tol:g}")
+        table.add(
+            "agree",
+            f"float32 - float64: max |{col}| over the trajectory",
+            diff,
+            "",
+            ratio="PASS" if ok else "FAIL",
+            note=f"tolerance {tol:g}",
+        )
     final = b.groupby("seed").tail(1)
-    table.add("agree", "float64 final attention on j* (mean over seeds)",
-              float(final["attention_on_relevant"].mean()), "", note="context for the differences above")
+    table.add(
+        "agree",
+        "float64 final attention on j* (mean over seeds)",
+        float(final["attention_on_relevant"].mean()),
+        "",
+        note="context for the differences above",
+    )
+    return ok_all
+
+
+# -- the data draw's generator -----------------------------------------------------------------------
+def generator_section(torch, table, args) -> bool:
+    """torch's CPU generator (mt19937 + Box-Muller) against numpy's PCG64 (+ ziggurat), float32 and
+    float64: speed on the default batch (5 seeds x 1024 x 10 x 10 values) and a statistical sanity
+    check on one large sample each: the first four moments and a Kolmogorov-Smirnov test against N(0, 1)."""
+    import numpy as np
+    from scipy import stats
+
+    from groupsparse.data import standard_normal
+
+    shape, S = (10, 10, 1024), 5
+    tg = torch.Generator().manual_seed(12345)
+    ng = np.random.default_rng(12345)
+    fns = {
+        "torch float32 (torch.randn: mt19937, vectorised Box-Muller)": lambda: [
+            standard_normal(shape, tg, torch.float32) for _ in range(S)
+        ],
+        "numpy float32 (PCG64, ziggurat)": lambda: [
+            torch.from_numpy(ng.standard_normal(shape, dtype=np.float32)) for _ in range(S)
+        ],
+        "torch float64 (data.standard_normal: mt19937, Box-Muller)": lambda: [
+            standard_normal(shape, tg, torch.float64) for _ in range(S)
+        ],
+        "numpy float64 (PCG64, ziggurat)": lambda: [torch.from_numpy(ng.standard_normal(shape)) for _ in range(S)],
+    }
+    for fn in fns.values():
+        fn()
+    ts = timed_blocks(fns, max(args.repeats * 4, 8))
+    n_values = S * 10 * 10 * 1024
+    N = 1 << (20 if args.quick else 22)
+    samples = {
+        "torch float32 (torch.randn: mt19937, vectorised Box-Muller)": standard_normal((N,), tg, torch.float32).numpy(),
+        "numpy float32 (PCG64, ziggurat)": ng.standard_normal(N, dtype=np.float32),
+        "torch float64 (data.standard_normal: mt19937, Box-Muller)": standard_normal((N,), tg, torch.float64).numpy(),
+        "numpy float64 (PCG64, ziggurat)": ng.standard_normal(N),
+    }
+    fastest = min(ts, key=lambda k: min(ts[k]))
+    ok_all = True
+    for name in fns:
+        best, med = best_median(ts[name])
+        x = samples[name].astype(np.float64)
+        m, v = x.mean(), x.var()
+        sk, ku = stats.skew(x), stats.kurtosis(x)
+        ks = stats.kstest(x, "norm")
+        # 5 standard errors for the moments of N(0, 1); KS at the 0.001 level
+        ok = (
+            abs(m) < 5 / N**0.5
+            and abs(v - 1) < 5 * (2 / N) ** 0.5
+            and abs(sk) < 5 * (6 / N) ** 0.5
+            and abs(ku) < 5 * (24 / N) ** 0.5
+            and ks.pvalue > 1e-3
+        )
+        ok_all &= ok
+        table.add(
+            "generator",
+            name,
+            best / n_values * 1e9,
+            "ns/value",
+            ratio="PASS" if ok else "FAIL",
+            note=f"median {med / n_values * 1e9:.2f}; N={N}: mean {m:+.1e}, var-1 {v - 1:+.1e}, "
+            f"skew {sk:+.1e}, ex.kurt {ku:+.1e}, KS D {ks.statistic:.1e} p {ks.pvalue:.2f}, "
+            f"max|z| {abs(x).max():.2f}" + ("; fastest" if name == fastest else ""),
+        )
+    return ok_all
+
+
+# -- large D: step time against D, the largest scaling point ------------------------------------------
+def sweep_section(torch, table, args, ceilings) -> float | None:
+    """Trainer.step() (draw, kernel, descent) for one seed, float64, batch 1024 (the scaling grid's), at
+    d in SWEEP_d and D in SWEEP_D, beside the FLOP model. Returns the largest point's fraction of the
+    float64 GEMM ceiling (dense FLOP count), or None if it was not in the sweep."""
+    from groupsparse.fastpath import dense_flops, kernel_flops
+
+    dtype, B = LARGEST["dtype"], LARGEST["batch"]
+    times = {}
+    for d in SWEEP_d:
+        for D in SWEEP_D:
+            spec = run_spec(dtype, task={"d": d, "D": D}, pretrain={"batch": B, "eval_size": 256})
+            _, block = project_step_fn(torch, spec, [0])
+            block(1)
+            steps = max(1, min(args.steps, int(2e9 // dense_flops(B, D, d)) or 1))
+            # at least 5 blocks even with --quick: a step at D = 64 is one block of ~0.1 s, easily disturbed
+            ts = timed_blocks({"step": functools.partial(block, steps)}, max(5, args.repeats // 2))["step"]
+            times[(d, D)] = (min(ts) / steps, statistics.median(ts) / steps)
+    ref = (SWEEP_d[-1], SWEEP_D[-1])
+    per_kflop = times[ref][0] / kernel_flops(B, ref[1], ref[0])  # seconds per kernel FLOP at the largest point
+    fraction = None
+    for (d, D), (best, med) in times.items():
+        dense, kern = dense_flops(B, D, d), kernel_flops(B, D, d)
+        model = kern * per_kflop
+        table.add(
+            "large D",
+            f"step, 1 seed, {dtype}, batch {B}, d = {d}, D = {D}",
+            best * 1e3,
+            "ms",
+            dense / best / 1e9,
+            ceilings[dtype],
+            ratio=best / model,
+            note=f"median {med * 1e3:.1f} ms; dense {dense / 1e9:.3f} GFLOP, kernel model "
+            f"{kern / 1e9:.3f} GFLOP; ratio = time / (kernel FLOPs x the d = {ref[0]}, D = {ref[1]} rate)",
+        )
+        if (d, D) == (LARGEST["d"], LARGEST["D"]):
+            fraction = dense / best / 1e9 / ceilings[dtype]
+    return fraction
+
+
+# -- peak memory of the default study's pretraining jobs -----------------------------------------------------
+_MEMORY_JOB = r"""
+import json, sys, torch
+torch.set_num_threads(1)
+from groupsparse.pretrain import Trainer
+from groupsparse.specs import RunSpec
+spec, seeds, steps = RunSpec.from_dict(json.loads(sys.argv[1])), json.loads(sys.argv[2]), int(sys.argv[3])
+t = Trainer(spec, seeds)
+active = torch.ones(len(seeds), dtype=torch.bool)
+for step in range(steps):
+    loss = t.step(active)
+    t.metrics(step, loss, active)
+    t.mean_attention(step, active)
+# VmHWM: this process's peak RSS (ru_maxrss would carry the parent's RSS over fork + exec)
+print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")))
+"""
+
+
+def memory_section(table, args, config_path: Path) -> bool:
+    """Peak RSS of every pretraining job of the default study (one job per distinct shape, a few steps with
+    recording, in a fresh process). Transfer jobs are judged from a finished run by --orchestration."""
+    import json
+    import os
+    import subprocess
+
+    import yaml
+
+    from groupsparse.study import expand
+
+    runs = expand(yaml.safe_load(config_path.read_text()))
+    jobs = {}
+    for run in runs.values():
+        for chunk in run.chunks:
+            seeds = run.chunk_seeds(chunk)
+            sp = run.spec
+            key = json.dumps(
+                [
+                    sp.get("task"),
+                    sp.get("dtype"),
+                    sp.get("pretrain", {}).get("batch"),
+                    sp.get("pretrain", {}).get("eval_size"),
+                    len(seeds),
+                    sp.get("model"),
+                ],
+                sort_keys=True,
+            )
+            jobs.setdefault(key, (run.name, sp, seeds))
+    ok_all = True
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    for name, sp, seeds in jobs.values():
+        out = subprocess.run(
+            [sys.executable, "-c", _MEMORY_JOB, json.dumps(sp), json.dumps(seeds), "3"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=config_path.parent,
+            check=False,
+        )
+        if out.returncode != 0:
+            table.add(
+                "memory",
+                f"pretraining job {name} ({len(seeds)} seeds)",
+                "-",
+                ratio="FAIL",
+                note=f"failed: {out.stderr.strip().splitlines()[-1][:100] if out.stderr.strip() else out.returncode}",
+            )
+            ok_all = False
+            continue
+        gib = int(out.stdout.split()[-1]) / 1024**2
+        ok = gib <= TARGETS["peak_gib"]
+        ok_all &= ok
+        t = sp.get("task", {})
+        table.add(
+            "memory",
+            f"pretraining job {name} ({len(seeds)} seeds, d = {t.get('d')}, D = {t.get('D')}, {sp.get('dtype')})",
+            gib,
+            "GiB",
+            ratio="PASS" if ok else "FAIL",
+            note=f"peak RSS (VmHWM) of a fresh process, 3 recorded steps; target <= {TARGETS['peak_gib']:g} GiB",
+        )
+    table.add(
+        "memory", "transfer jobs", "-", note="not measured here: --orchestration RESULTS reads every job's max_rss"
+    )
     return ok_all
 
 
@@ -349,19 +662,29 @@ def transfer_section(torch, table, args):
                 continue
             fits = int((out.table["method"] == method).sum())
             secs = out.seconds_per_method.get(method, out.wall_seconds)
-            extra = f"; numba compile {out.group_lasso_compile_seconds:.1f} s excluded" \
-                if method == "group_lasso" and out.group_lasso_compile_seconds else ""
-            table.add("transfer", method, fits / secs, "fits/s",
-                      note=f"{fits} fits (n in {sizes[0]}..{sizes[-1]}, {len(tspec.downstream)} downstream, "
-                           f"5 seeds) in {secs:.1f} s{extra}")
+            extra = (
+                f"; numba compile {out.group_lasso_compile_seconds:.1f} s excluded"
+                if method == "group_lasso" and out.group_lasso_compile_seconds
+                else ""
+            )
+            table.add(
+                "transfer",
+                method,
+                fits / secs,
+                "fits/s",
+                note=f"{fits} fits (n in {sizes[0]}..{sizes[-1]}, {len(tspec.downstream)} downstream, "
+                f"5 seeds) in {secs:.1f} s{extra}",
+            )
 
 
 # -- 5. orchestration ---------------------------------------------------------------------------------
 def orchestration(table, results: Path, wall: float, cores: int) -> bool:
     files = sorted(results.glob("benchmarks/**/*.tsv"))
     if not files:
-        raise SystemExit(f"--orchestration: no Snakemake benchmark files under {results}/benchmarks/ "
-                         "(run the workflow first; every rule writes benchmarks/<rule>/...tsv)")
+        raise SystemExit(
+            f"--orchestration: no Snakemake benchmark files under {results}/benchmarks/ "
+            "(run the workflow first; every rule writes benchmarks/<rule>/...tsv)"
+        )
     jobs = []
     for path in files:
         with path.open() as fh:
@@ -369,24 +692,51 @@ def orchestration(table, results: Path, wall: float, cores: int) -> bool:
         if not rows or "s" not in rows[0]:
             raise SystemExit(f"--orchestration: {path} is not a Snakemake benchmark file (no 's' column)")
         # a rule run with benchmark repeats has several rows: its mean is the job's time
-        jobs.append((path, statistics.mean(float(r["s"]) for r in rows),
-                     max(_float(r.get("max_rss")) for r in rows), sum(_float(r.get("cpu_time")) for r in rows)))
+        jobs.append(
+            (
+                path,
+                statistics.mean(float(r["s"]) for r in rows),
+                max(_float(r.get("max_rss")) for r in rows),
+                sum(_float(r.get("cpu_time")) for r in rows),
+            )
+        )
     total = sum(s for _, s, _, _ in jobs)
     ideal = total / cores
     overhead = wall / ideal
     peak_path, _, peak_mb, _ = max(jobs, key=lambda j: j[2])
     cpu = sum(c for *_, c in jobs)
-    ok = [overhead <= TARGETS["overhead"], peak_mb / 1024 <= TARGETS["peak_gib"],
-          wall / 60 <= TARGETS["study_minutes"]]
-    table.add("orchestration", f"{len(jobs)} jobs: sum of job seconds / {cores} cores", ideal, "s",
-              note=f"sum {total:.1f} s; CPU time sum / cores {cpu / cores:.1f} s")
-    table.add("orchestration", "wall time of the study", wall, "s", ratio="PASS" if ok[2] else "FAIL",
-              note=f"target <= {TARGETS['study_minutes']:g} min")
-    table.add("orchestration", "overhead: wall / (sum of job seconds / cores)", overhead, "x",
-              ratio="PASS" if ok[0] else "FAIL", note=f"target <= {TARGETS['overhead']:g}x")
-    table.add("orchestration", "peak memory of the largest job (max_rss)", peak_mb / 1024, "GiB",
-              ratio="PASS" if ok[1] else "FAIL",
-              note=f"{peak_path.relative_to(results)}; target <= {TARGETS['peak_gib']:g} GiB")
+    ok = [overhead <= TARGETS["overhead"], peak_mb / 1024 <= TARGETS["peak_gib"], wall / 60 <= TARGETS["study_minutes"]]
+    table.add(
+        "orchestration",
+        f"{len(jobs)} jobs: sum of job seconds / {cores} cores",
+        ideal,
+        "s",
+        note=f"sum {total:.1f} s; CPU time sum / cores {cpu / cores:.1f} s",
+    )
+    table.add(
+        "orchestration",
+        "wall time of the study",
+        wall,
+        "s",
+        ratio="PASS" if ok[2] else "FAIL",
+        note=f"target <= {TARGETS['study_minutes']:g} min",
+    )
+    table.add(
+        "orchestration",
+        "overhead: wall / (sum of job seconds / cores)",
+        overhead,
+        "x",
+        ratio="PASS" if ok[0] else "FAIL",
+        note=f"target <= {TARGETS['overhead']:g}x",
+    )
+    table.add(
+        "orchestration",
+        "peak memory of the largest job (max_rss)",
+        peak_mb / 1024,
+        "GiB",
+        ratio="PASS" if ok[1] else "FAIL",
+        note=f"{peak_path.relative_to(results)}; target <= {TARGETS['peak_gib']:g} GiB",
+    )
     return all(ok)
 
 
@@ -403,16 +753,42 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads, as a study job would use (default 1)")
     ap.add_argument("--quick", action="store_true", help="smoke run: fewer steps, repeats and transfer sizes")
     ap.add_argument("--steps", type=int, default=None, help="training steps per timed block (default 5; quick 2)")
-    ap.add_argument("--repeats", type=int, default=None, help="timed blocks per case, best reported (default 12; quick 3)")
-    ap.add_argument("--agree-steps", type=int, default=None,
-                    help="steps of the float32/float64 runs (default 3000, the study's; quick 100)")
-    ap.add_argument("--transfer-pretrain-steps", type=int, default=300,
-                    help="pretraining steps of the checkpoint the transfer fits start from")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["kernel", "compile", "agree", "transfer"],
-                    help="sections to leave out")
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="timed blocks per case, best reported (default 12; quick 3)"
+    )
+    ap.add_argument(
+        "--agree-steps",
+        type=int,
+        default=None,
+        help="steps of the float32/float64 runs (default 3000, the study's; quick 100)",
+    )
+    ap.add_argument(
+        "--transfer-pretrain-steps",
+        type=int,
+        default=300,
+        help="pretraining steps of the checkpoint the transfer fits start from",
+    )
+    ap.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["kernel", "generator", "large", "memory", "compile", "agree", "transfer"],
+        help="sections to leave out (a skipped section's targets are not judged)",
+    )
+    ap.add_argument(
+        "--config",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "config.yaml",
+        help="study config whose pretraining jobs the memory section runs (default: config.yaml)",
+    )
     ap.add_argument("--markdown", type=Path, default=None, help="also write the table as Markdown here")
-    ap.add_argument("--orchestration", type=Path, default=None, metavar="RESULTS",
-                    help="instead: judge a finished study from RESULTS/benchmarks/**/*.tsv and --wall-seconds")
+    ap.add_argument(
+        "--orchestration",
+        type=Path,
+        default=None,
+        metavar="RESULTS",
+        help="instead: judge a finished study from RESULTS/benchmarks/**/*.tsv and --wall-seconds",
+    )
     ap.add_argument("--wall-seconds", type=float, default=None, help="wall time of that study run")
     ap.add_argument("--cores", type=int, default=None, help="cores the study ran on (default: this machine's)")
     args = ap.parse_args(argv)
@@ -420,12 +796,13 @@ def main(argv=None) -> int:
 
     if args.orchestration is not None:
         import os
+
         if args.wall_seconds is None or args.wall_seconds <= 0:
             ap.error("--orchestration needs --wall-seconds N (the study's wall time, > 0)")
         if not args.orchestration.is_dir():
             ap.error(f"--orchestration: {args.orchestration} is not a directory")
-        ok = orchestration(table, args.orchestration, args.wall_seconds, args.cores or os.cpu_count() or 1)
-        return _finish(table, args)
+        orchestration(table, args.orchestration, args.wall_seconds, args.cores or os.cpu_count() or 1)
+        return _finish(table, args)  # exits 1 on any FAIL row
 
     # short blocks, many of them: on a shared machine the best block is the one nobody disturbed
     args.steps = args.steps or (2 if args.quick else 5)
@@ -436,7 +813,9 @@ def main(argv=None) -> int:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
 
     import torch
+
     from groupsparse.cli import set_threads
+
     set_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {_cpu_name()}", flush=True)
 
@@ -445,37 +824,77 @@ def main(argv=None) -> int:
     if "kernel" not in args.skip:
         kernel_section(torch, table, args, "glibc default malloc", None)
     n = 1024 if args.quick else 2048
-    ceilings = {dt: gemm_gflops(torch, getattr(torch, dt), n, args.repeats + 2) for dt in ("float32", "float64")}
-    for dt, g in ceilings.items():
-        table.add("ceiling", f"GEMM {dt}, {n}x{n} @ {n}x{n}", g, "GFLOP/s", g, g, note="torch.mm, best of repeats")
+    ceilings = measure_ceilings(torch, table, args, n, "start")
 
     from groupsparse.fastpath import keep_freed_memory
+
     tuned = keep_freed_memory()
     if "kernel" not in args.skip:
-        kernel_section(torch, table, args, "freed memory kept" if tuned else "allocator unchanged (not glibc)",
-                       ceilings)
+        kernel_section(
+            torch, table, args, "freed memory kept" if tuned else "allocator unchanged (not glibc)", ceilings
+        )
+    if "generator" not in args.skip:
+        generator_section(torch, table, args)
 
     results = pretraining_section(torch, table, args, ceilings)
     checks = []
     ratio = results[("reference", "float32", 5)] / results[("project", "float32", 5)]
     gflops = 5 * _dense(run_spec("float32")) / results[("project", "float32", 5)] / 1e9
-    checks.append(("project / reference, 5 seeds, float32", ratio, TARGETS["speedup"], "x"))
-    checks.append(("achieved / GEMM ceiling, 5 seeds, float32", gflops / ceilings["float32"],
-                   TARGETS["ceiling_fraction"], ""))
+    checks.append(("project / reference, 5 seeds, float32, d = D = 10, batch 2048", ratio, TARGETS["speedup"], "x"))
+    checks.append(
+        (
+            "achieved / float32 GEMM ceiling, 5 seeds, d = D = 10, batch 2048",
+            gflops / ceilings["float32"],
+            TARGETS["ceiling_fraction"],
+            "",
+        )
+    )
+    if "large" not in args.skip:
+        fraction = sweep_section(torch, table, args, ceilings)
+        checks.append(
+            (
+                f"achieved / float64 GEMM ceiling at d = {LARGEST['d']}, D = {LARGEST['D']} (batch {LARGEST['batch']})",
+                fraction,
+                TARGETS["large_ceiling_fraction"],
+                "",
+            )
+        )
+    if "memory" not in args.skip:
+        memory_section(table, args, args.config)
     if "compile" not in args.skip:
         compile_section(torch, table, args)
-    agree_ok = True
     if "agree" not in args.skip:
-        agree_ok = agreement_section(torch, table, args)
+        agreement_section(torch, table, args)
     if "transfer" not in args.skip:
         transfer_section(torch, table, args)
+    # the ceilings again, and the best of both kept: on a shared machine a long GEMM is more often
+    # disturbed than the short blocks measured above, which would flatter the "% of ceiling" targets
+    again = measure_ceilings(torch, table, args, n, "end")
+    for dt in ceilings:
+        if again[dt] > ceilings[dt]:
+            scale = ceilings[dt] / again[dt]
+            ceilings[dt] = again[dt]
+            checks = [
+                (name, value * scale if name.startswith("achieved") and dt in name else value, target, unit)
+                for name, value, target, unit in checks
+            ]
     for name, value, target, unit in checks:
-        table.add("target", name, value, unit, ratio="PASS" if value >= target else "FAIL", note=f"target >= {target:g}")
+        table.add(
+            "target", name, value, unit, ratio="PASS" if value >= target else "FAIL", note=f"target >= {target:g}"
+        )
+    table.add(
+        "target",
+        "orchestration overhead, peak memory of transfer jobs",
+        "-",
+        note=f"judged by --orchestration RESULTS --wall-seconds N (targets <= {TARGETS['overhead']:g}x, "
+        f"<= {TARGETS['peak_gib']:g} GiB)",
+    )
     return _finish(table, args)
 
 
 def _dense(spec) -> int:
     from groupsparse.fastpath import dense_flops
+
     return dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d)
 
 
@@ -487,6 +906,7 @@ def _cpu_name() -> str:
     except OSError:
         pass
     import platform
+
     return platform.processor() or "unknown CPU"
 
 
@@ -495,7 +915,10 @@ def _finish(table: Table, args) -> int:
     print("\n" + md)
     if args.markdown:
         args.markdown.write_text(md + "\n")
-    return 0
+    failed = [r[1] for r in table.rows if r[6] == "FAIL"]
+    passed = sum(r[6] == "PASS" for r in table.rows)
+    print(f"\n{passed} PASS, {len(failed)} FAIL" + ("".join(f"\n  FAIL: {f}" for f in failed)))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

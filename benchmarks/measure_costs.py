@@ -1,4 +1,4 @@
-"""Measure what real jobs cost, for the cost model in src/groupsparse/costs.py.
+"""Measure what real jobs cost, for the cost model in src/groupsparse/costs/.
 
 Runs the real CLI jobs (`groupsparse pretrain ...`, `groupsparse transfer ...`, the same
 command lines as workflow/rules/*.smk) under `/usr/bin/time -v`, one at a time, with one
@@ -15,7 +15,7 @@ machine is shared, so wall times are inflated; the model is fitted to CPU second
     python benchmarks/measure_costs.py --list
     python benchmarks/measure_costs.py --only p_d10_D10_s5,t_d10_D10_linear
     python benchmarks/measure_costs.py            # every point (about 20 minutes on an idle 2-core VM)
-    python benchmarks/measure_costs.py --refit    # then refit src/groupsparse/costs.yaml
+    python benchmarks/measure_costs.py --refit    # then refit src/groupsparse/costs/costs.yaml
 
 A point already in a table is measured again only with --redo (its old row is replaced).
 """
@@ -41,26 +41,72 @@ from groupsparse.study import expand  # noqa: E402
 OUT = ROOT / "benchmarks" / "costs"
 WORK = Path(os.environ.get("COSTS_WORK", "/tmp/groupsparse-costs"))
 SIZES_4096 = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
-GROUPS = {"paper_model": ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"],
-          "paper_pretrained": ["pretrained_finetune", "pretrained_frozen_W"],
-          "linear": ["logreg", "group_lasso"], "logreg": ["logreg"],
-          "neural": ["mlp", "std_transformer"], "scaling": ["pretrained_finetune", "pretrained_frozen_W", "logreg"],
-          "all": None}
+GROUPS = {
+    "paper_model": ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"],
+    "paper_pretrained": ["pretrained_finetune", "pretrained_frozen_W"],
+    "linear": ["logreg", "group_lasso"],
+    "logreg": ["logreg"],
+    "neural": ["mlp", "std_transformer"],
+    "scaling": ["pretrained_finetune", "pretrained_frozen_W", "logreg"],
+    "all": None,
+}
 
 
-def P(name, d, D, seeds, steps, batch, eval_size, dtype="float32", record_every=50, sampling="antithetic",
-      model=None, kind="synthetic"):
-    task = {"d": d, "D": D} if kind == "synthetic" else {
-        "kind": "images", "dataset": "digits", "classes": [0, 1], "transfer_classes": [2, 3], "D": D, "d": d,
-        "reduce": "pool", "test_fraction": 0.3}
-    return {"name": name, "job": "pretrain", "task": task, "seeds": seeds, "dtype": dtype, "model": model or {},
-            "pretrain": {"steps": steps, "batch": batch, "eval_size": eval_size, "record_every": record_every,
-                         "sampling": sampling}}
+def P(
+    name,
+    d,
+    D,
+    seeds,
+    steps,
+    batch,
+    eval_size,
+    dtype="float32",
+    record_every=50,
+    sampling="antithetic",
+    model=None,
+    kind="synthetic",
+):
+    task = (
+        {"d": d, "D": D}
+        if kind == "synthetic"
+        else {
+            "kind": "images",
+            "dataset": "digits",
+            "classes": [0, 1],
+            "transfer_classes": [2, 3],
+            "D": D,
+            "d": d,
+            "reduce": "pool",
+            "test_fraction": 0.3,
+        }
+    )
+    return {
+        "name": name,
+        "job": "pretrain",
+        "task": task,
+        "seeds": seeds,
+        "dtype": dtype,
+        "model": model or {},
+        "pretrain": {
+            "steps": steps,
+            "batch": batch,
+            "eval_size": eval_size,
+            "record_every": record_every,
+            "sampling": sampling,
+        },
+    }
 
 
 def T(name, ckpt, group, sizes, test_size, selection="fixed"):
-    return {"name": name, "job": "transfer", "from": ckpt, "group": group, "sizes": sizes,
-            "test_size": test_size, "selection": selection}
+    return {
+        "name": name,
+        "job": "transfer",
+        "from": ckpt,
+        "group": group,
+        "sizes": sizes,
+        "test_size": test_size,
+        "selection": selection,
+    }
 
 
 # Pretraining points: the shipped configs' shapes, shortened in steps (time is linear in steps
@@ -101,11 +147,21 @@ def run_entry(point: dict) -> tuple[object, dict]:
     pre = point if point["job"] == "pretrain" else BY_NAME[point["from"]]
     methods = GROUPS[point["group"]] if point["job"] == "transfer" else None
     methods = methods or list(costs.TRANSFER_METHODS)
-    config = {"study_seed": 20250411, "device": "cpu", "dtype": pre["dtype"], "model": pre["model"],
-              "pretrain": pre["pretrain"] | {"seeds": pre["seeds"], "seeds_per_job": pre["seeds"]},
-              "tasks": {"costs": {"task": pre["task"]}},
-              "transfer": {"enabled": True, "methods": methods, "sizes": point.get("sizes", [8]),
-                           "test_size": point.get("test_size", 100), "selection": point.get("selection", "fixed")}}
+    config = {
+        "study_seed": 20250411,
+        "device": "cpu",
+        "dtype": pre["dtype"],
+        "model": pre["model"],
+        "pretrain": pre["pretrain"] | {"seeds": pre["seeds"], "seeds_per_job": pre["seeds"]},
+        "tasks": {"costs": {"task": pre["task"]}},
+        "transfer": {
+            "enabled": True,
+            "methods": methods,
+            "sizes": point.get("sizes", [8]),
+            "test_size": point.get("test_size", 100),
+            "selection": point.get("selection", "fixed"),
+        },
+    }
     return expand(config)["costs"], config
 
 
@@ -113,12 +169,16 @@ def parse_time_v(text: str) -> dict:
     def grab(label):
         m = re.search(rf"{re.escape(label)}: (.+)", text)
         return m.group(1).strip() if m else None
+
     wall = grab("Elapsed (wall clock) time (h:mm:ss or m:ss)")
     parts = [float(x) for x in wall.split(":")]
-    wall_s = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
-    return {"wall_s": round(wall_s, 2), "user_s": float(grab("User time (seconds)")),
-            "sys_s": float(grab("System time (seconds)")),
-            "max_rss_mb": round(int(grab("Maximum resident set size (kbytes)")) / 1024, 1)}
+    wall_s = sum(p * 60**i for i, p in enumerate(reversed(parts)))
+    return {
+        "wall_s": round(wall_s, 2),
+        "user_s": float(grab("User time (seconds)")),
+        "sys_s": float(grab("System time (seconds)")),
+        "max_rss_mb": round(int(grab("Maximum resident set size (kbytes)")) / 1024, 1),
+    }
 
 
 def load1() -> float:
@@ -126,12 +186,18 @@ def load1() -> float:
 
 
 def timed(cmd: list[str], log: Path) -> dict:
-    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                        "NUMBA_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    env = os.environ | {
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "NUMBA_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT / "src"),
+    }
     tv = log.with_suffix(".time")
     with open(log, "w") as fh:
-        rc = subprocess.run(["/usr/bin/time", "-v", "-o", str(tv)] + cmd, stdout=fh, stderr=subprocess.STDOUT,
-                            env=env).returncode
+        rc = subprocess.run(
+            ["/usr/bin/time", "-v", "-o", str(tv)] + cmd, stdout=fh, stderr=subprocess.STDOUT, env=env
+        ).returncode
     if rc != 0:
         raise SystemExit(f"measure_costs: job failed (exit {rc}); see {log}")
     return parse_time_v(tv.read_text())
@@ -142,15 +208,27 @@ def measure(point: dict) -> tuple[dict, list[dict]]:
     WORK.mkdir(parents=True, exist_ok=True)
     pre_name = point["name"] if point["job"] == "pretrain" else point["from"]
     ckpt = WORK / f"{pre_name}.safetensors"
-    base = {"name": point["name"], "load1_before": load1(), "threads": 1,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    base = {"name": point["name"], "load1_before": load1(), "threads": 1, "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if point["job"] == "pretrain":
         spec_file = WORK / f"{point['name']}.spec.json"
         spec_file.write_text(run.spec_json)
         chunk = run.chunks[0]
-        cmd = ["groupsparse", "pretrain", "--spec", f"@{spec_file}", "--seeds", chunk, "--checkpoint", str(ckpt),
-               "--trajectory", str(WORK / f"{pre_name}.trajectory.parquet"),
-               "--attention", str(WORK / f"{pre_name}.attention.parquet"), "--threads", "1"]
+        cmd = [
+            "groupsparse",
+            "pretrain",
+            "--spec",
+            f"@{spec_file}",
+            "--seeds",
+            chunk,
+            "--checkpoint",
+            str(ckpt),
+            "--trajectory",
+            str(WORK / f"{pre_name}.trajectory.parquet"),
+            "--attention",
+            str(WORK / f"{pre_name}.attention.parquet"),
+            "--threads",
+            "1",
+        ]
         res = timed(cmd, WORK / f"{point['name']}.log")
         row = base | res | {"load1_after": load1()} | costs.describe_pretrain(run.spec, len(run.seeds))
         return row, []
@@ -159,20 +237,48 @@ def measure(point: dict) -> tuple[dict, list[dict]]:
     spec_file = WORK / f"{point['name']}.spec.json"
     spec_file.write_text(run.transfer_json())
     methods = run.methods
-    cmd = ["groupsparse", "transfer", "--spec", f"@{spec_file}", "--checkpoint", str(ckpt),
-           "--methods", ",".join(methods), "--sizes", ",".join(map(str, run.sizes)),
-           "--out", str(WORK / f"{point['name']}.parquet"), "--threads", "1"]
+    cmd = [
+        "groupsparse",
+        "transfer",
+        "--spec",
+        f"@{spec_file}",
+        "--checkpoint",
+        str(ckpt),
+        "--methods",
+        ",".join(methods),
+        "--sizes",
+        ",".join(map(str, run.sizes)),
+        "--out",
+        str(WORK / f"{point['name']}.parquet"),
+        "--threads",
+        "1",
+    ]
     log = WORK / f"{point['name']}.log"
     res = timed(cmd, log)
-    row = base | res | {"load1_after": load1()} | costs.describe_transfer(run.spec, run.transfer, methods,
-                                                                          run.sizes, len(run.seeds))
+    row = (
+        base
+        | res
+        | {"load1_after": load1()}
+        | costs.describe_transfer(run.spec, run.transfer, methods, run.sizes, len(run.seeds))
+    )
     fits = []
     for m in re.finditer(r"^\s+(\w+) n=(\d+) (\w+): ([0-9.]+) s$", log.read_text(), re.M):
-        fits.append({"name": point["name"], "downstream": m.group(1), "n": int(m.group(2)), "method": m.group(3),
-                     "seconds": float(m.group(4)), "d": run.spec["task"]["d"], "D": run.spec["task"]["D"],
-                     "seeds": len(run.seeds), "test_size": run.transfer["test_size"],
-                     "selection": run.transfer.get("selection", "fixed"), "cv_folds": run.transfer.get("cv_folds", 3),
-                     "dtype": run.transfer.get("dtype", "float32")})
+        fits.append(
+            {
+                "name": point["name"],
+                "downstream": m.group(1),
+                "n": int(m.group(2)),
+                "method": m.group(3),
+                "seconds": float(m.group(4)),
+                "d": run.spec["task"]["d"],
+                "D": run.spec["task"]["D"],
+                "seeds": len(run.seeds),
+                "test_size": run.transfer["test_size"],
+                "selection": run.transfer.get("selection", "fixed"),
+                "cv_folds": run.transfer.get("cv_folds", 3),
+                "dtype": run.transfer.get("dtype", "float32"),
+            }
+        )
     return row, fits
 
 
@@ -199,8 +305,9 @@ def write_tsv(path: Path, rows: list[dict]) -> None:
 
 
 def replace_rows(path: Path, name: str, new: list[dict]) -> None:
-    rows = [r for r in read_tsv(path) if r["name"] != name] + [{k: v for k, v in r.items() if k not in DERIVED}
-                                                                for r in new]
+    rows = [r for r in read_tsv(path) if r["name"] != name] + [
+        {k: v for k, v in r.items() if k not in DERIVED} for r in new
+    ]
     write_tsv(path, rows)
 
 
@@ -209,7 +316,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated point names (default: all)")
     ap.add_argument("--redo", action="store_true", help="measure again points already in the tables")
     ap.add_argument("--list", action="store_true", help="list the points and exit")
-    ap.add_argument("--refit", action="store_true", help="refit src/groupsparse/costs.yaml from the tables and exit")
+    ap.add_argument(
+        "--refit", action="store_true", help="refit src/groupsparse/costs/costs.yaml from the tables and exit"
+    )
     args = ap.parse_args(argv)
     if args.list:
         for p in POINTS:
@@ -231,8 +340,11 @@ def main(argv=None) -> int:
         replace_rows(OUT / table, point["name"], [row])
         if point["job"] == "transfer":
             replace_rows(OUT / "transfer_fits.tsv", point["name"], fits)
-        print(f"{point['name']}: cpu {row['user_s'] + row['sys_s']:.1f} s, wall {row['wall_s']} s, "
-              f"max_rss {row['max_rss_mb']} MB, load {row['load1_before']}", flush=True)
+        print(
+            f"{point['name']}: cpu {row['user_s'] + row['sys_s']:.1f} s, wall {row['wall_s']} s, "
+            f"max_rss {row['max_rss_mb']} MB, load {row['load1_before']}",
+            flush=True,
+        )
     return 0
 
 

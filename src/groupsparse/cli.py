@@ -1,7 +1,12 @@
-"""Command line: one subcommand per workflow step, so each Snakemake rule is one line.
+"""groupsparse: the commands behind the study's Snakemake workflow, and tools to read its results.
 
-Heavy imports (torch, sklearn) happen inside the subcommands so that ``--help`` is fast.
+Each workflow rule calls one subcommand (pretrain, transfer, check-tables, aggregate, plot,
+scaling, image-figures); the others are for people: `status` (how far a running study is),
+`estimate` (how long a study will take), `summary` (print a result table), `snapshot` (the
+README's results). Run a study with `snakemake --cores all`; see README.md.
 """
+
+# Heavy imports (torch, sklearn) happen inside the subcommands so that --help is fast.
 
 from __future__ import annotations
 
@@ -29,8 +34,20 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="groupsparse", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("groupsparse")
+    except PackageNotFoundError:  # run from a checkout without installing
+        release = "unknown (not installed)"
+    parser = argparse.ArgumentParser(
+        prog="groupsparse",
+        description=__doc__.strip(),
+        epilog="Errors print one line; add --debug (or set GROUPSPARSE_DEBUG=1) for the traceback.",
+    )
+    parser.add_argument("--version", action="version", version=f"groupsparse {release}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for name in COMMANDS:
         importlib.import_module(f"groupsparse.commands.{name}").register(sub)
@@ -38,21 +55,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. Every error is one line `groupsparse <command>: <problem>` and a
+    non-zero exit; --debug (or GROUPSPARSE_DEBUG=1) re-raises it with its traceback."""
+    import os
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = args.debug or os.environ.get("GROUPSPARSE_DEBUG", "") not in ("", "0")
     try:
         return args.func(args)
-    except Exception as exc:  # known input problems get one clear line, not a traceback
+    except KeyboardInterrupt:
+        print(f"groupsparse {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        from .errors import ConfigError
         from .io import InputError
-        from .specs import ConfigError
 
         if isinstance(exc, ConfigError):
-            print(f"groupsparse {args.command}: bad setting: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
-        if isinstance(exc, InputError):
-            print(f"groupsparse {args.command}: bad input: {exc}", file=sys.stderr)
-            return EXIT_INPUT
-        raise
+            line, code = f"bad setting: {exc}", EXIT_CONFIG
+        elif isinstance(exc, InputError):
+            line, code = f"bad input: {exc}", EXIT_INPUT
+        elif isinstance(exc, OSError):  # a folder that is a file, a full disk, no permission...
+            where = f" {exc.filename}" if exc.filename else ""
+            line, code = f"cannot use{where}: {exc.strerror or exc}", EXIT_INPUT
+        else:
+            line, code = f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1
+        print(f"groupsparse {args.command}: " + " ".join(line.split())[:1000], file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ class GroupSparseTask:
     spec: TaskSpec
     relevant: torch.Tensor  # (K,) int64: the relevant groups j_1..j_K (j* = relevant[0])
     directions: torch.Tensor  # (K, d) float64 unit vectors v_k (v* = directions[0])
+    draws_on_device = True  # sample from a generator of the run's device (see Trainer)
 
     @property
     def j_star(self) -> int:
@@ -38,34 +39,70 @@ class GroupSparseTask:
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
         split: str = "train",
+        draw_dtype: torch.dtype | None = None,
     ):
-        """Draw n samples (X, y). Antithetic: the second half is -X with label -y.
+        """Draw n samples (X (n, D, d), y (n,)). Antithetic: the second half is -X with label -y.
 
+        The values are those of :meth:`sample_inner` (same generator, same draws), laid out by
+        sample. ``draw_dtype`` (default ``dtype``) is the precision the normals are drawn in;
+        tests set it to feed float64 arithmetic the samples of a float32 run.
         ``split`` ("train" | "test") is ignored here: a synthetic task draws both from the same law;
         it exists so that every task class (real-image tasks keep held-out images) shares one interface.
+        """
+        Xi, y = self.sample_inner(n, gen, antithetic=antithetic, dtype=draw_dtype or dtype)
+        m = Xi.shape[-1]
+        X = Xi.permute(2, 1, 0)
+        if not antithetic:
+            return X.to(dtype=dtype, device=device).contiguous(), y.to(dtype=dtype, device=device)
+        # cast once, then mirror: -round(x) == round(-x), so this equals casting cat([X, -X])
+        out = torch.empty((n, self.spec.D, self.spec.d), dtype=dtype, device=Xi.device)
+        out[:m].copy_(X)
+        torch.neg(out[:m], out=out[m:])
+        return out.to(device=device), torch.cat([y, -y]).to(dtype=dtype, device=device)
+
+    def sample_inner(
+        self, n: int, gen: torch.Generator, *, antithetic: bool = True, dtype: torch.dtype = torch.float32
+    ):
+        """The draw behind :meth:`sample`, in the fast path's layout, on the generator's device.
+
+        Returns X (d, D, m), contiguous, X[k, j, b] = coordinate k of group j of sample b, and the
+        labels y (m,), with m = n // 2 when ``antithetic`` (the first half only: the batch is
+        [X, -X] with labels [y, -y]), else m = n. Normals are drawn in ``dtype`` (float32 runs
+        draw float32 normals, float64 runs float64 normals) by ``standard_normal``.
         """
         if antithetic and n % 2:
             raise ValueError(f"antithetic sampling needs an even sample count, got n={n}")
         spec = self.spec
         m = n // 2 if antithetic else n
-        X = _draw_features(spec, m, gen).to(dtype=torch.float64)
-        clean = torch.sign(torch.einsum("bkd,kd->b", X[:, self.relevant, :], self.directions))
+        rel = self.relevant.to(gen.device)
+        if dtype == torch.float64:
+            # float64: the samples of earlier versions, bit for bit (drawn sample by sample, then
+            # laid out), so the study's float64 results (scaling grid, ablations) stand as they were
+            Xs = _draw_features(spec, m, gen, dtype, inner=False)
+            clean = torch.sign(torch.einsum("bkd,kd->b", Xs[:, rel, :], self.directions.to(Xs.device)))
+            X = Xs.permute(2, 1, 0).contiguous()
+        else:
+            X = _draw_features(spec, m, gen, dtype, inner=True)
+            v = self.directions.to(dtype=dtype, device=X.device)
+            score = v[0] @ X[:, self.j_star, :]  # (m,): X[:, j, :] is a (d, m) view, no gather
+            for k in range(1, len(self.relevant)):
+                score += v[k] @ X[:, int(self.relevant[k]), :]
+            clean = torch.sign(score)
         clean[clean == 0] = 1.0
         y = clean
         if spec.label_noise > 0:
-            flip = torch.rand(m, generator=gen, dtype=torch.float64) < spec.label_noise
+            flip = torch.rand(m, generator=gen, dtype=dtype, device=X.device) < spec.label_noise
             y = torch.where(flip, -clean, clean)
-        if not antithetic:
-            return X.to(dtype=dtype, device=device), y.to(dtype=dtype, device=device)
-        # cast once, then mirror: -round(x) == round(-x), so this equals casting cat([X, -X])
-        out = torch.empty((n, spec.D, spec.d), dtype=dtype)
-        out[:m].copy_(X)
-        torch.neg(out[:m], out=out[m:])
-        return out.to(device=device), torch.cat([y, -y]).to(dtype=dtype, device=device)
+        return X, y
 
 
-def standard_normal(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
-    """``torch.randn(shape, generator=gen, dtype=torch.float64)``, about twice as fast.
+def standard_normal(shape: tuple[int, ...], gen: torch.Generator, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``torch.randn(shape, generator=gen, dtype=dtype)`` on the generator's device.
+
+    float32 (and any draw off the CPU): torch's own kernel, which on a CPU with AVX2 turns
+    float32 uniforms into normals with vectorised Box-Muller, about 2.4 ns a value here
+    (numpy's PCG64 + ziggurat float32 path measured 3x slower; benchmarks/bench.py
+    compares them). float64 on a CPU: about twice as fast as torch's kernel, as follows.
 
     torch's CPU kernel fills the tensor with uniforms u, then turns each block of 16 into
     normals by Box-Muller (radius from u[0:8], angle from u[8:16]) with scalar libm calls,
@@ -75,6 +112,8 @@ def standard_normal(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tenso
     unit in the last place (about 1% of them differ, tests/test_fastpath.py checks the
     bound). Below 16 values torch's own path is used.
     """
+    if dtype != torch.float64 or gen.device.type != "cpu":
+        return torch.randn(shape, generator=gen, dtype=dtype, device=gen.device)
     n = math.prod(shape)
     if n < 16:
         return torch.randn(shape, generator=gen, dtype=torch.float64)
@@ -107,23 +146,29 @@ def _box_muller_blocks(u: torch.Tensor) -> None:
         torch.mul(radius, torch.sin(theta), out=blocks[:, 1])
 
 
-def _draw_features(spec: TaskSpec, m: int, gen: torch.Generator) -> torch.Tensor:
-    shape = (m, spec.D, spec.d)
+def _draw_features(
+    spec: TaskSpec, m: int, gen: torch.Generator, dtype: torch.dtype = torch.float64, inner: bool = True
+) -> torch.Tensor:
+    """m samples' features drawn in ``dtype`` on gen's device: (d, D, m) [coordinate, group, sample]
+    with ``inner``, else (m, D, d) [sample, group, coordinate] (the order float64 draws keep)."""
+    d, D = spec.d, spec.D
+    shape = (d, D, m) if inner else (m, D, d)
+    new = {"dtype": dtype, "device": gen.device}
     if spec.features == "gaussian":
-        X = standard_normal(shape, gen)
+        X = standard_normal(shape, gen, dtype)
         return X if spec.sigma_x == 1 else X.mul_(spec.sigma_x)  # in place: no extra pass when sigma = 1
     if spec.features == "correlated":
         # Equicorrelated coordinates within a group: Cov = sigma^2 ((1-rho) I + rho 11^T).
         rho = spec.feature_rho
-        cov = (1 - rho) * torch.eye(spec.d, dtype=torch.float64) + rho * torch.ones(spec.d, spec.d, dtype=torch.float64)
-        chol = torch.linalg.cholesky(cov)
-        z = standard_normal(shape, gen)
-        return spec.sigma_x * z @ chol.T
+        cov = (1 - rho) * torch.eye(d, dtype=torch.float64) + rho * torch.ones(d, d, dtype=torch.float64)
+        chol = torch.linalg.cholesky(cov).to(**new)
+        z = standard_normal(shape, gen, dtype)
+        return (spec.sigma_x * chol @ z.view(d, -1)).view(shape) if inner else spec.sigma_x * z @ chol.T
     if spec.features == "student_t":
         # t = z / sqrt(chi2_nu / nu), rescaled to variance sigma^2 (var of t_nu is nu/(nu-2)).
         nu = spec.student_dof
-        z = standard_normal(shape, gen)
-        chi2 = 2.0 * torch._standard_gamma(torch.full((m, spec.D, 1), nu / 2, dtype=torch.float64), generator=gen)
+        z = standard_normal(shape, gen, dtype)
+        chi2 = 2.0 * torch._standard_gamma(torch.full((1, D, m) if inner else (m, D, 1), nu / 2, **new), generator=gen)
         return spec.sigma_x * z / torch.sqrt(chi2 / nu) / math.sqrt(nu / (nu - 2))
     raise ValueError(f"task.features: unknown law {spec.features!r}")
 

@@ -32,6 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 LOG2E = 1.4426950408889634
+# The two per-sample contractions over d or D (the quadratic score block and its gradient) as a loop of
+# elementwise multiply-adds (fast on a CPU: contiguous, no copies) or as one batched matmul (einsum: on a
+# GPU the loop would be d + D kernel launches per seed and step). None: einsum off the CPU only.
+BATCHED_CONTRACTIONS: bool | None = None
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _allocator_tuned = False
 
@@ -40,6 +44,18 @@ def dense_flops(B: int, D: int, d: int) -> int:
     """GEMM FLOPs of one seed's step by the dense formula (see the module docstring)."""
     m = d + D
     return 4 * B * D * m * (m + D)
+
+
+def kernel_flops(B: int, D: int, d: int, antithetic: bool = True) -> int:
+    """A FLOP model of what ``seed_loss_and_grads`` executes for one seed and step (elementwise ops counted).
+
+    Per sample of the H = B/2 (antithetic) or B it is given: the two GEMMs with X,
+    2 d D (d + 2D + 1) and 2 d D (d + D + 1); the quadratic block, its gradient T and V,
+    2 d D^2 each; about 16 elementwise passes over the (M, D, D) scores, M = 2 mirror halves
+    with ``antithetic`` (softmax, values, dL/dA). The dense formula's count is ``dense_flops``.
+    """
+    H, M = (B // 2, 2) if antithetic else (B, 1)
+    return H * (2 * d * D * (2 * d + 3 * D + 2) + 6 * d * D * D + 16 * M * D * D)
 
 
 def keep_freed_memory() -> bool:
@@ -157,8 +173,10 @@ def seed_loss_and_grads(
     # K stacks what multiplies X once more in the gradient: [T; g r (odd part); gG (odd part)],
     # T[k, j, b] = sum_i x_{b,i,k} gG_even[i, j, b]. One product K X^T then gives the Wff block,
     # the v1 gradient and P^T-side of the Wpf block.
-    K = torch.empty(d + 1 + D, D, H, **new)
-    odd_gG = K[d + 1 :]
+    # With antithetic batches K also holds odd_gG with its two key/query axes swapped, so the same
+    # product gives V (the Wfp block's contraction), which would otherwise be a separate batched matmul.
+    K = torch.empty(d + 1 + (2 * D if antithetic else D), D, H, **new)
+    odd_gG = K[d + 1 : d + 1 + D]
     if antithetic:
         even_gG = gG[0] + gG[1]
         torch.sub(gG[0], gG[1], out=odd_gG)
@@ -170,14 +188,18 @@ def seed_loss_and_grads(
         K[d].copy_(gr[0])
         even_gr = gr[0]
     T = K[:d]
-    torch.mul(X[:, 0, None, :], even_gG[0, None, :, :], out=T)
-    for i in range(1, D):
-        T.addcmul_(X[:, i, None, :], even_gG[i, None, :, :])
-    KX = K.view(d + 1 + D, D * H) @ Xf.T
-    if antithetic:  # sum_{i,b} x_{b,i,k} gG_odd[i, j, b]: one (d x H) @ (H x D) product per key i
-        V = (X.transpose(0, 1) @ odd_gG.transpose(1, 2)).sum(0)
+    if _batched(X):
+        T.copy_(torch.einsum("kib,ijb->kjb", X, even_gG))
     else:
-        V = T.sum(-1)
+        xs, gs = X.unsqueeze(2).unbind(1), even_gG.unsqueeze(1).unbind(0)  # views made in C++, not Python
+        torch.mul(xs[0], gs[0], out=T)
+        for i in range(1, D):
+            T.addcmul_(xs[i], gs[i])
+    if antithetic:  # V[k, j] = sum_{i,b} x_{b,i,k} gG_odd[i, j, b]: rows [j, (i, b)] of K
+        K[d + 1 + D :].copy_(odd_gG.transpose(0, 1))
+    KX = K.view(K.shape[0], D * H) @ Xf.T
+    V = KX[d + 1 + D :].T if antithetic else T.sum(-1)
+    KX = KX[: d + 1 + D]
 
     gW = torch.empty(m, m, **new)
     gW[:d, :d] = KX[:d]
@@ -188,6 +210,10 @@ def seed_loss_and_grads(
         gW *= scale
     gv = torch.cat([KX[d], even_gr.sum(-1) @ P])
     return loss, gW, gv
+
+
+def _batched(X: torch.Tensor) -> bool:
+    return X.device.type != "cpu" if BATCHED_CONTRACTIONS is None else BATCHED_CONTRACTIONS
 
 
 def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
@@ -204,9 +230,13 @@ def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
     Wcat = torch.cat([Ws[:d, :d], Ws[:d, d:] @ Pt, Ws[d:, :d].T @ Pt, v[:d, None]], dim=1)
     R = (Wcat.T @ X.reshape(d, D * H)).view(d + 2 * D + 1, D, H)
     odd = R[d + D : d + 2 * D] + R[d : d + D].transpose(0, 1)  # [i, j, b]: odd in X
-    even = X[0, None, :, :] * R[0, :, None, :]  # [i, j, b]: x_i^T Wff x_j, even in X
-    for k in range(1, d):
-        even.addcmul_(R[k, :, None, :], X[k, None, :, :])
+    if _batched(X):  # [i, j, b]: x_i^T Wff x_j, even in X
+        even = torch.einsum("kib,kjb->ijb", R[:d], X)
+    else:
+        rs, xs = R[:d].unsqueeze(2).unbind(0), X.unsqueeze(1).unbind(0)
+        even = xs[0] * rs[0]
+        for k in range(1, d):
+            even.addcmul_(rs[k], xs[k])
     even += (P @ Ws[d:, d:] @ Pt)[:, :, None]
 
     attn = torch.empty(M, D, D, H, **new)  # scores, then softmax over keys i

@@ -168,6 +168,8 @@ def load_checkpoint(path) -> tuple[dict, dict[str, Any]]:
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads((f.metadata() or {})["groupsparse"])
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
+        if not isinstance(meta, dict):
+            raise ValueError(f"its metadata is a JSON {type(meta).__name__}, not an object")
     except Exception as exc:
         raise InputError(
             f"{path}: not a readable groupsparse checkpoint ({type(exc).__name__}: {exc}); "

@@ -247,11 +247,52 @@ def _check_study(config, schema, config_files, results) -> dict:
         raise StudyRefused(f"invalid configuration: {problems[0]}")
     from .costs import check_memory  # the fitted cost model: absurd sizes stop here, not in a job
 
-    problems = check_memory(runs, limit_mb=(config.get("jobs") or {}).get("max_mem_mb"))
+    jobs = config.get("jobs") or {}
+    problems = check_memory(runs, limit_mb=jobs.get("max_mem_mb"))
     if problems:
         raise StudyRefused(f"cannot run the study: {problems[0]} (jobs.max_mem_mb)")
+    from .costs import fit_chunks  # seed chunks small enough for jobs.max_runtime_min (same numbers)
+
+    problems = fit_chunks(
+        runs,
+        config.get("device", "cpu"),
+        jobs.get("pretrain_threads", 1),
+        jobs.get("transfer_threads", 1),
+        jobs.get("max_runtime_min"),
+    )
+    if problems:
+        raise StudyRefused(f"cannot run the study: {problems[0]}")
     where = lambda r: f"tasks.{r}" if runs[r].role == "task" else f"run {r}"  # noqa: E731
     problems = input_problems(runs, where) + [p for p in [results_problem(results)] if p]
     if problems:
         raise StudyRefused("cannot run the study: " + "; ".join(problems))
     return runs
+
+
+STATUS_FLAG = "--slurm-status-command squeue"
+
+
+def sacct_problem(timeout: float = 20.0) -> str | None:
+    """Why the Slurm executor cannot follow its jobs through ``sacct`` here, or None if it can.
+
+    Where accounting is disabled (no slurmdbd), ``sacct`` exits non-zero ("Slurm accounting
+    storage is disabled"); the executor plugin then never sees a job finish and waits forever
+    without a word. One cheap query (this instant, no jobs) tells."""
+    import shutil
+    import subprocess
+
+    if shutil.which("sacct") is None:
+        return "`sacct` is not installed"
+    try:
+        probe = subprocess.run(
+            ["sacct", "-X", "-n", "-o", "JobID", "-S", "now", "-E", "now"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return f"`sacct` did not answer within {timeout:.0f} s"
+    if probe.returncode != 0:
+        lines = [ln.strip() for ln in (probe.stderr or probe.stdout).splitlines() if ln.strip()]
+        return f"`sacct` fails here ({lines[-1] if lines else f'exit {probe.returncode}'})"
+    return None

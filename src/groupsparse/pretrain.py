@@ -88,9 +88,19 @@ def _attention_min(mean_attn: torch.Tensor, relevant: torch.Tensor) -> torch.Ten
 class Trainer:
     """Holds the batched state; ``run`` performs gradient descent with recording and resume."""
 
-    def __init__(self, spec: RunSpec, seeds: list[int], resume_path: str | Path | None = None, resume_every: int = 500):
+    def __init__(
+        self,
+        spec: RunSpec,
+        seeds: list[int],
+        resume_path: str | Path | None = None,
+        resume_every: int = 500,
+        draw_dtype: torch.dtype | None = None,
+    ):
+        """``draw_dtype`` (tests, benchmark): draw the samples in this precision instead of the run's
+        own (float32 samples fed to float64 arithmetic, to compare the two precisions on the same data)."""
         self.spec, self.seeds = spec, list(seeds)
         self.dtype = DTYPES[spec.dtype]
+        self.draw_dtype = draw_dtype or self.dtype
         self.device = torch.device(spec.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("device: cuda was asked for, but torch sees no CUDA device")
@@ -102,14 +112,18 @@ class Trainer:
         self.m = token_width(ms, ts.d, ts.D)
         init_gens = [torch_generator(*task_identity(spec, s), "init") for s in self.seeds]
         self.params = init_params(ms, len(self.seeds), self.m, init_gens, self.dtype, self.device)
-        self.train_gens = [torch_generator(*task_identity(spec, s), "train") for s in self.seeds]
-        eval_gens = [torch_generator(*task_identity(spec, s), "eval") for s in self.seeds]
+        # Synthetic tasks draw on the run's device, from a generator of that device (CUDA: Philox), so
+        # the numbers are reproducible per (config, dtype, device); image tasks index images with CPU draws.
+        gen_device = self.device if all(getattr(t, "draws_on_device", False) for t in self.tasks) else "cpu"
+        self.train_gens = [torch_generator(*task_identity(spec, s), "train", device=gen_device) for s in self.seeds]
+        eval_gens = [torch_generator(*task_identity(spec, s), "eval", device=gen_device) for s in self.seeds]
         # an i.i.d. evaluation set (an antithetic one, X with -X, gives each mirrored pair identical
         # attention and accuracy, halving its effective size); images: held-out test images
         eval_kw = {"antithetic": False, "split": "test"} if ts.kind == "images" else {"antithetic": False}
+        self._draw_kw = {} if self.draw_dtype == self.dtype else {"draw_dtype": self.draw_dtype}
         Xe, ye = zip(
             *[
-                t.sample(spec.pretrain.eval_size, g, **eval_kw, dtype=self.dtype, device=self.device)
+                t.sample(spec.pretrain.eval_size, g, **eval_kw, dtype=self.dtype, device=self.device, **self._draw_kw)
                 for t, g in zip(self.tasks, eval_gens)
             ]
         )
@@ -124,6 +138,8 @@ class Trainer:
             )
         self.scale = 1.0 / math.sqrt(self.m) if ms.score_scale == "sqrt" else 1.0
         self.antithetic = spec.pretrain.sampling == "antithetic"
+        # the hot path: draw straight into the kernel's layout, no (S, B, D, d) batch in between
+        self.inner_draws = self.closed_form and all(hasattr(t, "sample_inner") for t in self.tasks)
         self.positions = sine_positions(ts.D, self.dtype, self.device) if self.closed_form else None
         self._mirror_checked = False
         fastpath.keep_freed_memory()  # a step's temporaries would otherwise cost thousands of page faults
@@ -133,17 +149,61 @@ class Trainer:
 
     # -- one step -------------------------------------------------------------------
     def batch(self):
-        """This step's fresh samples of every seed: X (S, B, D, d) and labels y (S, B)."""
+        """This step's fresh samples of every seed: X (S, B, D, d) and labels y (S, B).
+
+        The same samples as :meth:`draw` (a task's ``sample`` is laid out from its ``sample_inner``),
+        as plain tensors; ``run`` uses ``draw``, which skips building them.
+        """
         p = self.spec.pretrain
         Xs, ys = zip(
             *self.workers.map(
                 lambda s: self.tasks[s].sample(
-                    p.batch, self.train_gens[s], antithetic=self.antithetic, dtype=self.dtype, device=self.device
+                    p.batch,
+                    self.train_gens[s],
+                    antithetic=self.antithetic,
+                    dtype=self.dtype,
+                    device=self.device,
+                    **self._draw_kw,
                 ),
                 len(self.seeds),
             )
         )
         return torch.stack(Xs), torch.stack(ys)
+
+    def draw(self):
+        """This step's samples for the loop: per seed (X (d, D, H), y (H,)) in the fast kernel's layout
+        (H = B/2 with antithetic batches: the mirror half is implicit), or ``batch()`` off the fast path."""
+        if not self.inner_draws:
+            return self.batch()
+        p = self.spec.pretrain
+
+        def one(s):
+            X, y = self.tasks[s].sample_inner(
+                p.batch, self.train_gens[s], antithetic=self.antithetic, dtype=self.draw_dtype
+            )
+            return X.to(self.device, self.dtype), y.to(self.device, self.dtype)
+
+        return self.workers.map(one, len(self.seeds))
+
+    def step_grads(self, drawn):
+        """Loss and gradients from what :meth:`draw` returned (as ``loss_and_grads`` on ``batch()``)."""
+        if not self.inner_draws:
+            return self.loss_and_grads(*drawn)
+        W, v = self.params["layer0.W"], self.params["v"]
+        per_seed = self.workers.map(
+            lambda s: fastpath.seed_loss_and_grads(
+                W[s], v[s], drawn[s][0], drawn[s][1], self.positions, self.scale, self.antithetic
+            ),
+            len(self.seeds),
+        )
+        loss, gW, gv = (torch.stack(t) for t in zip(*per_seed))
+        return loss, {"layer0.W": gW, "v": gv}
+
+    def step(self, active: torch.Tensor | None = None):
+        """One training step without recording (draw, gradients, descent); returns the loss (S,)."""
+        loss, grads = self.step_grads(self.draw())
+        self.descend(grads, torch.ones(len(self.seeds), dtype=torch.bool) if active is None else active)
+        return loss
 
     def loss_and_grads(self, X, y):
         """Mean training loss per seed (S,) and the gradient of every parameter, from samples X, y."""
@@ -182,6 +242,10 @@ class Trainer:
     def descend(self, grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
         """One gradient-descent step for the seeds still ``active`` (S,) bool; the others stay frozen."""
         eta = self.spec.pretrain.eta
+        if bool(active.all()):  # the usual case: the same numbers as below, without the where
+            for k, g in grads.items():
+                self.params[k] = self.params[k] - eta * g
+            return
         keep = active.to(self.device)
         for k, g in grads.items():
             # where, not a 0/1 multiply: eta * inf * 0 is NaN, which would unfreeze a diverged seed
@@ -219,7 +283,8 @@ class Trainer:
     def metrics(self, step: int, train_loss: torch.Tensor, active: torch.Tensor) -> list[dict]:
         f, mean_attn = self.eval_forward()
         eval_loss = logistic_loss(f, self.y_eval)
-        acc = (torch.sign(f) == self.y_eval).to(torch.float64).mean(-1)
+        # a tie (f = 0, as at the zero start) is a coin flip: it counts 1/2, so step 0 is at chance
+        acc = ((1 + torch.sign(f) * self.y_eval) / 2).to(torch.float64).mean(-1)
         per_query = _attention_per_query(mean_attn, self.relevant)
         mass, mass_min = per_query.mean(-1), per_query.min(-1).values
         d = self.spec.task.d
@@ -332,8 +397,7 @@ class Trainer:
         for step in range(start, p.steps + 1):
             if self.resume_path and step > start and step % self.resume_every == 0 and step < p.steps:
                 self._save_resume(step, rows, att_rows, status, diverged_step, last_finite, initial_loss)
-            X, y = self.batch()
-            loss, grads = self.loss_and_grads(X, y)
+            loss, grads = self.step_grads(self.draw())
             finite = torch.isfinite(loss) & torch.stack(
                 [torch.isfinite(g).flatten(1).all(1) for g in grads.values()]
             ).all(0)

@@ -177,6 +177,23 @@ def overhead_section(results: Path, wall: float | None, cores: int) -> str:
     return text + "."
 
 
+def results_commit_problem(results) -> str | None:
+    """None if ``results`` was computed by a clean checkout at the current HEAD, else why not: the
+    README's numbers must come from the code that is committed with them."""
+    path = Path(results) / "provenance.json"
+    if not path.is_file():
+        return f"{path}: no provenance (run the study first)"
+    made_by = json.loads(path.read_text()).get("git_commit", "unknown")
+    head = io.git_commit()
+    if made_by.endswith("+dirty"):
+        return f"{results} was computed from uncommitted changes (commit {made_by})"
+    if head.endswith("+dirty"):
+        return f"the checkout has uncommitted changes ({head})"
+    if made_by != head:
+        return f"{results} was computed at commit {made_by}, but HEAD is {head}"
+    return None
+
+
 def write_snapshot(results: Path, docs: Path, readme: Path, wall_seconds: float | None, cores: int) -> int:
     """Copy the main figures to ``docs`` and write the results section of ``readme``; the figure count."""
     results, docs, readme = Path(results), Path(docs), Path(readme)

@@ -171,19 +171,39 @@ def schema_problem(config: dict[str, Any], schema: dict[str, Any]) -> str | None
 # --- config files: read strictly, before their values are trusted ---------------------------
 
 
+# Sections that override the study-level section of the same kind (a task's own `transfer:`, the
+# scaling grid's `pretrain:`, ...): defaults are filled at the study level only, or a filled-in
+# default would silently replace the study's own value when the two are merged.
+OVERRIDE_DEFS = ("#/$defs/task", "#/$defs/model", "#/$defs/pretrain", "#/$defs/transfer")
+
+
 def fill_defaults(config: dict[str, Any], schema: dict[str, Any]) -> None:
-    """Fill in the schema's `default`s, recursively (the jsonschema documentation's recipe), so the
-    schema is the one place a default is written. Call only on a config that validates."""
-    import jsonschema
+    """Fill in the schema's `default`s in place (the schema is the one place a default is written),
+    except inside override sections below the top level (see OVERRIDE_DEFS). Call on a config
+    that validates."""
 
-    base = jsonschema.Draft202012Validator
-    set_properties = base.VALIDATORS["properties"]
+    def resolve(sub: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in sub:
+            target: Any = schema
+            for part in sub["$ref"].lstrip("#/").split("/"):
+                target = target[part]
+            sub = {**target, **{k: v for k, v in sub.items() if k != "$ref"}}
+        return sub
 
-    def properties(validator, props, instance, schema_):
-        if isinstance(instance, dict):
-            for name, sub in props.items():
-                if "default" in sub and name not in instance:
-                    instance[name] = copy.deepcopy(sub["default"])
-        yield from set_properties(validator, props, instance, schema_)
+    def fill(node: Any, sub: dict[str, Any], depth: int) -> None:
+        if not isinstance(node, dict):
+            return
+        sub = resolve(sub)
+        props = sub.get("properties") or {}
+        for name, prop in props.items():
+            if name not in node and "default" in prop:
+                node[name] = copy.deepcopy(prop["default"])
+            if name in node and not (depth > 0 and prop.get("$ref") in OVERRIDE_DEFS):
+                fill(node[name], prop, depth + 1)
+        extra = sub.get("additionalProperties")
+        if isinstance(extra, dict):
+            for name, value in node.items():
+                if name not in props:
+                    fill(value, extra, depth + 1)
 
-    jsonschema.validators.extend(base, {"properties": properties})(schema).validate(config)
+    fill(config, schema, 0)

@@ -114,7 +114,11 @@ def test_kernel_matches_dense_closed_form(antithetic, scale):
 
 
 def test_float32_agrees_with_float64():
-    runs = {dt: Trainer(spec(dtype=dt, steps=300, d=4, D=5, batch=256), [0, 1]).run() for dt in ("float32", "float64")}
+    """The same samples (drawn in float32, as a float32 run does) through float32 and float64 arithmetic."""
+    runs = {
+        dt: Trainer(spec(dtype=dt, steps=300, d=4, D=5, batch=256), [0, 1], draw_dtype=torch.float32).run()
+        for dt in ("float32", "float64")
+    }
     a, b = (runs[dt].trajectory.set_index(["seed", "step"]) for dt in ("float32", "float64"))
     assert len(a) == len(b) > 0
     for col in ("train_loss", "eval_loss", "attention_on_relevant", "cos_v1_vstar"):
@@ -165,3 +169,132 @@ def test_dense_flop_count():
     B, D, d = 8, 3, 2
     m = d + D
     assert fastpath.dense_flops(B, D, d) == 2 * (2 * B * D * m * m + 2 * B * D * D * m)
+
+
+# --- the data draw in the run's precision (issue 18) ---------------------------------------------
+
+
+def test_float32_runs_draw_float32_normals_exactly_antithetic():
+    task = draw_task(spec().task, 7, "fast", 0)
+    n, m = 130, 65
+    Xi, yh = task.sample_inner(n, torch.Generator().manual_seed(5), dtype=torch.float32)
+    want = torch.randn(3, 4, m, generator=torch.Generator().manual_seed(5), dtype=torch.float32)
+    assert Xi.dtype == torch.float32 and Xi.is_contiguous() and torch.equal(Xi, want)  # (d, D, m), no cast
+    X, y = task.sample(n, torch.Generator().manual_seed(5), dtype=torch.float32)
+    assert X.dtype == y.dtype == torch.float32 and X.shape == (n, 4, 3)
+    assert torch.equal(X[:m], Xi.permute(2, 1, 0)) and torch.equal(y[:m], yh)
+    assert torch.equal(X[m:], -X[:m]) and torch.equal(y[m:], -y[:m])  # exactly antithetic
+    assert torch.equal(y[:m], torch.sign(X[:m, task.j_star] @ task.v_star.float()))
+
+
+def test_float64_runs_keep_their_float64_draws():
+    """float64 samples are those of earlier versions: drawn sample by sample [b, j, k] as torch.randn."""
+    task = draw_task(spec().task, 7, "fast", 0)
+    X, y = task.sample(64, torch.Generator().manual_seed(5), dtype=torch.float64)
+    want = standard_normal((32, 4, 3), torch.Generator().manual_seed(5))
+    assert X.dtype == torch.float64 and torch.equal(X[:32], want) and torch.equal(X[32:], -want)
+    assert torch.equal(y[:32], torch.sign(torch.einsum("bkd,kd->b", want[:, task.relevant], task.directions)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_draws_are_standard_normal(dtype):
+    """Sanity of the generator in either precision: moments within 5 standard errors, KS test vs N(0, 1)."""
+    stats = pytest.importorskip("scipy.stats")
+    N = 1 << 20
+    x = standard_normal((N,), torch.Generator().manual_seed(2025), dtype)
+    assert x.dtype == dtype
+    x = x.double().numpy()
+    assert abs(x.mean()) < 5 / math.sqrt(N)
+    assert abs(x.var() - 1) < 5 * math.sqrt(2 / N)
+    assert abs(stats.skew(x)) < 5 * math.sqrt(6 / N)
+    assert abs(stats.kurtosis(x)) < 5 * math.sqrt(24 / N)
+    assert stats.kstest(x, "norm").pvalue > 1e-3
+
+
+@pytest.mark.parametrize("sampling", ["antithetic", "iid"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_run_loop_draws_equal_public_batches(sampling, dtype):
+    """Trainer.run's path (draw + step_grads, no (S, B, D, d) batch) gives batch() + loss_and_grads's bits."""
+    s = spec(dtype=dtype, sampling=sampling, d=4, D=5, batch=66)
+    a, b = Trainer(s, [0, 1, 2]), Trainer(s, [0, 1, 2])
+    active = torch.ones(3, dtype=torch.bool)
+    for _ in range(4):
+        loss_a, grads_a = a.step_grads(a.draw())
+        loss_b, grads_b = b.loss_and_grads(*b.batch())
+        assert torch.equal(loss_a, loss_b)
+        assert all(torch.equal(grads_a[k], grads_b[k]) for k in grads_a)
+        a.descend(grads_a, active)
+        b.descend(grads_b, active)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_antithetic_float_runs_keep_v2_and_cross_blocks_exactly_zero(dtype):
+    """From the zero init, exactly antithetic batches give exactly zero v2 and W cross-block gradients in
+    the fast kernel (the odd parts cancel bit for bit), in either precision and at D = 16 too."""
+    s = spec(dtype=dtype, steps=150, d=4, D=16, batch=128, eta=2.0)
+    res = Trainer(s, [0, 1]).run()
+    d = s.task.d
+    W, v = res.params["layer0.W"], res.params["v"]
+    assert float(W[:, :d, :d].abs().max()) > 0.05 and float(W[:, d:, d:].abs().max()) > 0.05  # the run moved
+    assert torch.equal(v[:, d:], torch.zeros_like(v[:, d:]))
+    assert torch.equal(W[:, :d, d:], torch.zeros_like(W[:, :d, d:]))
+    assert torch.equal(W[:, d:, :d], torch.zeros_like(W[:, d:, :d]))
+
+
+@pytest.mark.parametrize("antithetic", [True, False])
+def test_batched_contractions_match_the_loops(antithetic, monkeypatch):
+    """The einsum form of the two per-sample contractions (used on GPUs) against the CPU loops."""
+    gen = torch.Generator().manual_seed(4)
+    d, D, H = 5, 7, 33
+    X = torch.randn(d, D, H, generator=gen, dtype=torch.float64)
+    y = torch.sign(torch.randn(H, generator=gen, dtype=torch.float64))
+    W = 0.5 * torch.randn(d + D, d + D, generator=gen, dtype=torch.float64)
+    v = torch.randn(d + D, generator=gen, dtype=torch.float64)
+    P = sine_positions(D, torch.float64)
+    monkeypatch.setattr(fastpath, "BATCHED_CONTRACTIONS", False)
+    want = fastpath.seed_loss_and_grads(W, v, X, y, P, 0.7, antithetic)
+    monkeypatch.setattr(fastpath, "BATCHED_CONTRACTIONS", True)
+    got = fastpath.seed_loss_and_grads(W, v, X, y, P, 0.7, antithetic)
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-12, atol=1e-12 * float(w.abs().max()))
+
+
+# --- CUDA (run with `pytest -k cuda` on a machine with a GPU; benchmarks/gpu_check.sh) ------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_fast_path_invariants_batching_and_reruns(dtype):
+    """On CUDA: data drawn on the device; v2 and W's cross blocks exactly 0 with antithetic batches;
+    batched seeds equal single seeds and reruns equal runs, bit for bit (per device, not equal to CPU)."""
+    s = RunSpec.from_dict({**spec(dtype=dtype, steps=60, d=4, D=16, batch=130, eta=2.0).to_dict(), "device": "cuda"})
+    res = Trainer(s, [0, 1, 2]).run()
+    d = s.task.d
+    W, v = res.params["layer0.W"], res.params["v"]
+    assert W.device.type == "cuda" and float(W[:, :d, :d].abs().max()) > 0.01
+    for block in (v[:, d:], W[:, :d, d:], W[:, d:, :d]):
+        assert torch.equal(block, torch.zeros_like(block))
+    again = Trainer(s, [0, 1, 2]).run()
+    alone = Trainer(s, [2]).run()
+    for k in res.params:
+        assert torch.equal(again.params[k], res.params[k]), k
+        assert torch.equal(alone.params[k][0], res.params[k][2]), k
+
+
+@cuda
+@pytest.mark.parametrize("antithetic", [True, False])
+def test_cuda_kernel_matches_cpu_kernel(antithetic):
+    gen = torch.Generator().manual_seed(9)
+    d, D, H = 6, 12, 257
+    X = torch.randn(d, D, H, generator=gen, dtype=torch.float64)
+    y = torch.sign(torch.randn(H, generator=gen, dtype=torch.float64))
+    W = 0.3 * torch.randn(d + D, d + D, generator=gen, dtype=torch.float64)
+    v = torch.randn(d + D, generator=gen, dtype=torch.float64)
+    P = sine_positions(D, torch.float64)
+    want = fastpath.seed_loss_and_grads(W, v, X, y, P, 1.0, antithetic)
+    got = fastpath.seed_loss_and_grads(W.cuda(), v.cuda(), X.cuda(), y.cuda(), P.cuda(), 1.0, antithetic)
+    for g, w in zip(got, want):
+        assert g.device.type == "cuda"
+        assert torch.allclose(g.cpu(), w, rtol=1e-10, atol=1e-12 * float(w.abs().max()))

@@ -23,9 +23,11 @@ from groupsparse.transfer.tasks import draw, heldout_generator, make_downstream_
 
 RUN = {"study_seed": 3, "task_name": "tiny", "task": {"d": 4, "D": 4}, "pretrain": {"steps": 300, "batch": 256}}
 SEEDS = [0, 1, 2]
-# Smaller nets than the defaults keep this file fast; every other setting is the default.
+# Smaller nets than the defaults keep this file fast; the fixed rule (one fit per cell) for the
+# behavioural tests; the cross-validation tests below set selection: cv (the default).
 SMALL = {
     "test_size": 2000,
+    "selection": "fixed",
     "hyperparameters": {
         "mlp": {"width": 32, "min_steps": 100},
         "std_transformer": {"width": 16, "heads": 2, "ff_width": 32, "min_steps": 100},
@@ -33,7 +35,9 @@ SMALL = {
 }
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
@@ -332,12 +336,7 @@ def test_cli_writes_the_table_with_provenance(checkpoint, tmp_path):
     out = tmp_path / "t.parquet"
     assert _cli(checkpoint, out, transfer=SMALL | {"downstream": ["transfer"]}) == 0
     table = io.read_parquet(out)
-    assert len(table) == 2 * len(SEEDS) and list(table.columns) == [
-        COLUMNS[0],
-        "role",
-        "variant",
-        *COLUMNS[1:],
-    ]  # the command adds the run's role
+    assert len(table) == 2 * len(SEEDS) and list(table.columns) == COLUMNS
     prov = io.read_provenance(out)
     assert prov["run_science_hash"] == RunSpec.from_dict(RUN).science_hash() and prov["sizes"] == [8, 16]
 
@@ -357,3 +356,242 @@ def test_cli_refuses_and_writes_nothing(checkpoint, tmp_path, capsys, change, co
     assert _cli(checkpoint, out, **change) == code
     assert pytest.importorskip("re").search(message, capsys.readouterr().err)
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+# -- the tuning rule (issue 13) -------------------------------------------------------------
+
+
+def test_cv_defaults_and_the_schema_agree():
+    """The schema is the home of the transfer defaults; the dataclass repeats them."""
+    from pathlib import Path
+
+    import yaml
+
+    schema = yaml.safe_load((Path(__file__).parents[1] / "workflow/schemas/config.schema.yaml").read_text())
+    props = schema["$defs"]["transfer"]["properties"]
+    spec = TransferSpec()
+    for key, prop in props.items():
+        if "default" in prop:
+            assert getattr(spec, key) == prop["default"], key
+    assert spec.selection == "cv"
+
+
+def test_grids_are_wide_logarithmic_and_sgd_steps_are_scale_free():
+    from groupsparse.transfer.spec import DEFAULT_GRIDS, ONLINE_METHODS
+
+    for method in METHODS:
+        for name, values in DEFAULT_GRIDS[method].items():
+            assert values == sorted(values) and len(values) >= 3, (method, name)
+            decades = np.log10(values[-1] / values[0])
+            assert decades >= (4 if method in ONLINE_METHODS else 2), (method, name, decades)
+    for method in ONLINE_METHODS:
+        assert list(DEFAULT_GRIDS[method]) == ["eta_rel"]
+
+
+def test_folds_are_stratified_equal_sized_and_hashed():
+    from groupsparse.seeding import torch_generator
+    from groupsparse.transfer.runner import cv_folds
+
+    y = torch.tensor([1.0] * 13 + [-1.0] * 7)
+    fold = cv_folds(y, 3, torch_generator("t", 1))
+    assert torch.equal(fold, cv_folds(y, 3, torch_generator("t", 1)))
+    assert not torch.equal(fold, cv_folds(y, 3, torch_generator("t", 2)))
+    assert [(fold == k).sum().item() for k in range(3)] == [6, 6, 6] and (fold == -1).sum().item() == 2
+    for k in range(3):
+        neg = ((fold == k) & (y < 0)).sum().item()
+        assert neg in (2, 3)  # 7 negatives over 3 folds: 2 or 3 each
+    spec = TransferSpec()
+    assert spec.folds(3) == (1, 1) and spec.folds(5) == (2, 2) and spec.folds(8) == (3, 3)
+    assert spec.folds(127) == (3, 3) and spec.folds(128) == (2, 1)
+
+
+def _fake_logreg(peak_exponent):
+    """A 'method' whose validation accuracy falls with |log10 C - peak_exponent|: f = x0 + a x1 with
+    a = |log10 C - peak|, labels y = sign(x0) (the data below), so accuracy = P(sign(x0 + a x1) = sign(x0))."""
+    from groupsparse.transfer.methods import FitOutput
+
+    def fit(ctx, X, y, evals, hps, gens, start=None, online=None):
+        a = torch.tensor([abs(np.log10(hp["C"]) - peak_exponent) for hp in hps], dtype=torch.float64)[:, None]
+        return FitOutput([E[:, :, 0, 0] + a * E[:, :, 1, 1] for E in evals], [None] * len(hps), [{}] * len(hps))
+
+    return fit
+
+
+@pytest.mark.parametrize("peak, best, edge", [(0.0, 1.0, []), (4.0, 1e4, ["C"]), (-6.0, 1e-4, ["C"])])
+def test_cross_validation_finds_the_known_optimum_and_flags_an_edge(monkeypatch, peak, best, edge):
+    from dataclasses import replace
+
+    from groupsparse.transfer import runner
+    from groupsparse.transfer.methods import Context
+
+    monkeypatch.setitem(runner.METHODS, "logreg", replace(REGISTRY["logreg"], fit=_fake_logreg(peak)))
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(2, 120, 3, 3, generator=gen, dtype=torch.float64)
+    y = torch.sign(X[:, :, 0, 0])
+    spec = TransferSpec.from_dict({})  # the default rule: cv, 3 folds at n = 120
+    ctx = Context(RunSpec.from_dict(RUN), torch.device("cpu"), torch.float64)
+    chosen, notes = runner._select(ctx, spec, "logreg", X, y, [("a", 0), ("a", 1)], None)
+    for hp, note in zip(chosen, notes):
+        assert hp["C"] == best and note["at_edge"] == edge and note["rule"] == "cv (3 folds)"
+        if peak == 0.0:
+            assert note["cv_accuracy"] == 1.0  # a = 0: f = x0 classifies every sample
+
+
+def test_cv_rows_record_choice_rule_and_edge_and_rerun_identically(checkpoint):
+    methods = ["pretrained_frozen_W_v0", "pretrained_probe", "logreg"]
+    table = _run(checkpoint, methods, [3, 24, 200], selection="cv", downstream=["transfer"])
+    again = _run(checkpoint, methods, [3, 24, 200], selection="cv", downstream=["transfer"])
+    pd.testing.assert_frame_equal(_comparable(table), _comparable(again), check_exact=True)
+    from groupsparse.transfer.spec import DEFAULT_GRIDS
+
+    assert (table["status"] == "ok").all()
+    for _, row in table.iterrows():
+        hp = json.loads(row["hyperparameters"])
+        assert row["selection"] == hp["rule"]
+        if row["n"] == 3:
+            assert hp["rule"].startswith("fixed") and not row["hp_at_edge"]
+            continue
+        assert hp["rule"] == ("cv (3 folds)" if row["n"] == 24 else "holdout (1/2 of n)")
+        ((name, grid),) = DEFAULT_GRIDS[row["method"]].items()
+        assert hp[name] in grid
+        assert row["hp_at_edge"] == (hp[name] in (grid[0], grid[-1])) == bool(hp["at_edge"])
+        if name == "eta_rel":  # the step actually used: eta_rel / mean |u|^2 over the n samples
+            assert hp["eta"] == pytest.approx(hp["eta_rel"] / hp["u_sq_mean"], rel=1e-5)
+
+
+# -- the probe of the pretrained representation ----------------------------------------------
+
+
+def _u(params, X, spec):
+    """u(X) = Z S 1 for the paper model, written out: Z^T (row sums of the attention)."""
+    from groupsparse.model import embed, forward
+
+    Z = embed(X[None], spec.model)
+    _, attn = forward(params, Z, spec.model)
+    return (Z * attn.sum(-1)[..., None]).sum(-2)[0]
+
+
+def test_probe_equals_scikit_learn_on_the_pretrained_features(checkpoint):
+    from sklearn.linear_model import LogisticRegression
+
+    from groupsparse.model import embed, forward
+
+    spec, seed, n = RunSpec.from_dict(RUN), SEEDS[2], 64
+    table = _run(checkpoint, ["pretrained_probe"], [n], selection="cv", downstream=["transfer"])
+    row = table[table.seed == seed].iloc[0]
+    C = json.loads(row["hyperparameters"])["C"]
+    tensors, _ = io.load_checkpoint(checkpoint)
+    params = {
+        k[len("param.") :]: t[SEEDS.index(seed)][None].to(torch.float64)
+        for k, t in tensors.items()
+        if k.startswith("param.")
+    }
+    tspec = TransferSpec.from_dict(SMALL)
+    task = make_downstream_tasks(spec, seed, tspec)["transfer"]
+    X, y = draw(task, n, train_generator(spec, seed, "transfer", n), "train")
+    Xt, yt = draw(task, tspec.test_size, heldout_generator(spec, seed, "transfer"), "test")
+    U, Ut = _u(params, X, spec), _u(params, Xt, spec)
+    # f = v . u(X): u is the representation the read-out v sees
+    f = forward(params, embed(Xt[None], spec.model), spec.model)[0][0]
+    torch.testing.assert_close(f, Ut @ params["v"][0], rtol=1e-9, atol=1e-9)
+    model = LogisticRegression(C=C, max_iter=1000).fit(U.numpy(), y.numpy())
+    g = model.decision_function(Ut.numpy())
+    assert row["test_accuracy"] == pytest.approx(float(np.mean(np.where(g > 0, 1.0, -1.0) == yt.numpy())), abs=1e-12)
+    assert row["test_loss"] == pytest.approx(float(np.mean(np.logaddexp(0, -yt.numpy() * g))), rel=1e-6)
+
+
+# -- the theorem's quantity: the average online error ----------------------------------------
+
+
+def test_average_online_error_interpolates_linearly_and_is_exact_on_every_iterate():
+    from groupsparse.transfer.methods import average_online_error, online_iterates
+
+    assert online_iterates(10, 64) == list(range(10))
+    ts = online_iterates(5000, 40)
+    assert ts[0] == 0 and ts[-1] == 4999 and len(ts) <= 40 and ts == sorted(set(ts))
+    e = np.array([0.9 - 0.8 * t / 4999 for t in ts])[:, None]  # linear in t: the rule is exact
+    assert average_online_error(ts, e, 5000)[0] == pytest.approx(0.5, abs=1e-12)
+    every = np.array([[0.5], [0.25], [0.0], [1.0]])
+    assert average_online_error([0, 1, 2, 3], every, 4)[0] == pytest.approx(0.4375)
+
+
+def _direct_online_error(spec, params, X, y, Xo, yo, eta, trainable):
+    """One pass of online SGD written as a plain loop with autograd; the test error (y f <= 0 on the
+    fixed batch) of every iterate t = 0 .. n-1 (parameters after t updates), averaged."""
+    from groupsparse.model import embed, forward
+
+    p = {k: t.clone() for k, t in params.items()}
+    Zo = embed(Xo[None], spec.model)
+    errors = []
+    for t in range(X.shape[0]):
+        with torch.no_grad():
+            errors.append(float(((yo * forward(p, Zo, spec.model)[0][0]) <= 0).double().mean()))
+        leaves = {k: v.detach().requires_grad_(k in trainable) for k, v in p.items()}
+        f = forward(leaves, embed(X[t : t + 1][None], spec.model), spec.model)[0][0, 0]
+        loss = torch.nn.functional.softplus(-y[t] * f)
+        grads = torch.autograd.grad(loss, [leaves[k] for k in trainable])
+        for k, g in zip(trainable, grads):
+            p[k] = p[k] - eta * g
+    return float(np.mean(errors))
+
+
+@pytest.mark.parametrize(
+    "method, trainable, points",
+    [
+        ("pretrained_finetune_v0", ("layer0.W", "v"), 64),  # every iterate scored: exact
+        ("pretrained_frozen_W", ("v",), 64),
+        ("pretrained_frozen_W_v0", ("v",), 12),  # 12 log-spaced iterates of 40, interpolated
+    ],
+)
+def test_online_error_equals_a_direct_loop(checkpoint, method, trainable, points):
+    spec, seed, n = RunSpec.from_dict(RUN), SEEDS[0], 40
+    transfer = {
+        "selection": "cv",
+        "dtype": "float64",
+        "online_eval_size": 500,
+        "online_points": points,
+        "downstream": ["transfer"],
+    }
+    row = _run(checkpoint, [method], [n], **transfer)
+    row = row[row.seed == seed].iloc[0]
+    hp = json.loads(row["hyperparameters"])
+    tensors, _ = io.load_checkpoint(checkpoint)
+    params = {
+        k[len("param.") :]: t[SEEDS.index(seed)][None].to(torch.float64)
+        for k, t in tensors.items()
+        if k.startswith("param.")
+    }
+    if hp["v_start"] == "zero":
+        params["v"] = torch.zeros_like(params["v"])
+    tspec = TransferSpec.from_dict(SMALL)
+    task = make_downstream_tasks(spec, seed, tspec)["transfer"]
+    X, y = draw(task, n, train_generator(spec, seed, "transfer", n), "train")
+    Xt, yt = draw(task, tspec.test_size, heldout_generator(spec, seed, "transfer"), "test")
+    direct = _direct_online_error(spec, params, X, y, Xt[:500], yt[:500], hp["eta"], trainable)
+    assert 0 <= row["online_error"] <= 1
+    if points >= n:
+        assert row["online_error"] == pytest.approx(direct, abs=1e-9)
+    else:
+        assert row["online_error"] == pytest.approx(direct, abs=0.03)
+
+
+def test_both_fine_tuning_starts_are_separate_methods(checkpoint):
+    table = _run(
+        checkpoint,
+        ["pretrained_finetune", "pretrained_finetune_v0", "pretrained_frozen_W", "pretrained_frozen_W_v0", "logreg"],
+        [32],
+        downstream=["transfer"],
+    )
+    starts = {
+        m: json.loads(h)["v_start"]
+        for m, h in zip(table["method"], table["hyperparameters"])
+        if m.startswith("pretrained")
+    }
+    assert starts == {
+        "pretrained_finetune": "pretrained",
+        "pretrained_finetune_v0": "zero",
+        "pretrained_frozen_W": "pretrained",
+        "pretrained_frozen_W_v0": "zero",
+    }
+    online = table.groupby("method")["online_error"]
+    assert online.apply(lambda s: s.notna().all()).drop("logreg").all() and online.get_group("logreg").isna().all()

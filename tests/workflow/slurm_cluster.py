@@ -8,7 +8,8 @@ is backed up and restored), waits for the node to be idle, and on stop cancels w
 stops the three daemons by their PIDs.
 
 ``slurm_cluster`` is the pytest fixture; it skips with the reason when Slurm cannot be started,
-and fails instead when the ``CI`` environment variable is set.
+and fails instead when the ``CI`` environment variable is set. Nothing here runs unless asked
+(:data:`OPT_IN`): it starts daemons and rewrites /etc/slurm/slurm.conf.
 """
 
 from __future__ import annotations
@@ -28,6 +29,24 @@ from pathlib import Path
 import pytest
 
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
+
+
+def in_ci() -> bool:
+    """CI=true (or any value but empty/0/false): the Slurm tests are mandatory there."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def slurm_tests_enabled() -> bool:
+    """The Slurm tests run only when asked: GROUPSPARSE_SLURM_TEST=1, or in CI."""
+    return os.environ.get("GROUPSPARSE_SLURM_TEST", "").strip() == "1" or in_ci()
+
+
+# For a module's pytestmark: skipped, with how to enable them, unless asked.
+OPT_IN = pytest.mark.skipif(
+    not slurm_tests_enabled(),
+    reason="starts a real Slurm and rewrites /etc/slurm/slurm.conf: run with GROUPSPARSE_SLURM_TEST=1 "
+    "(after `bash .ci/slurm-setup.sh`); mandatory when CI=true",
+)
 BACKUP_SUFFIX = ".groupsparse-test-backup"
 MARKER = "# Written by groupsparse tests/slurm_cluster.py for a test run; restored afterwards."
 PARTITION = "test"
@@ -390,7 +409,7 @@ def slurm_cluster():
         cluster.start()
     except SlurmUnavailable as err:
         shutil.rmtree(scratch, ignore_errors=True)
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"CI is set, so Slurm must be available: {err}")
         pytest.skip(f"Slurm unavailable: {err}")
     try:

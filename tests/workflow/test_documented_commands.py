@@ -43,6 +43,8 @@ def documented_commands() -> list[tuple[str, str]]:
             if start and " -" in start.group(1) and not commands:
                 commands.append(start.group(1).split("  #")[0].split("&&")[0])
             for command in commands:
+                if re.match(r"^\S+ <", command):  # a form with a placeholder command (`groupsparse <cmd>: ...`)
+                    continue
                 command = re.sub(r"<[^>]*>", "X", command.strip().rstrip(".,;:"))  # placeholders
                 found.append((f"{path.relative_to(REPO)}:{lineno}", command))
     return found

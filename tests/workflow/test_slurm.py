@@ -2,8 +2,9 @@
 
 tests/slurm_cluster.py starts munge, slurmctld and slurmd on loopback; the tiny config then runs
 once with ``--executor slurm --workflow-profile workflow/profiles/slurm`` and once locally, and the two
-must agree table for table: the executor must not change the science. Skips (with the reason)
-where Slurm cannot be started, unless the CI variable is set, where it fails instead.
+must agree table for table: the executor must not change the science. Runs only when asked
+(GROUPSPARSE_SLURM_TEST=1, or CI=true); skips (with the reason) where Slurm cannot be started,
+unless CI is set, where it fails instead.
 """
 
 from __future__ import annotations
@@ -23,20 +24,24 @@ from typing import IO
 
 import pandas as pd
 import pytest
+import yaml
+from slurm_requests import OUTPUTS, capture
 
 from groupsparse.io import TIMING_COLUMNS, read_parquet
 
 from conftest import REPO
 from slurm_cluster import (  # noqa: F401  (slurm_cluster is the fixture)
+    OPT_IN,
     SLURM_CONF,
     SlurmCluster,
     SlurmUnavailable,
+    in_ci,
     make_scratch,
     pid_alive,
     slurm_cluster,
 )
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, OPT_IN]
 
 TINY = Path("configs") / "tiny.yaml"
 SLURM_PROFILE = Path("workflow") / "profiles" / "slurm"
@@ -206,7 +211,7 @@ def test_cluster_stops_its_daemons_and_restores_the_config():
             probe = cluster.run(["srun", "-N1", "-t", "1", "true"], check=False, timeout=60)
             assert probe.returncode == 0, probe.stderr
     except SlurmUnavailable as err:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"CI is set, so Slurm must be available: {err}")
         pytest.skip(f"Slurm unavailable: {err}")
     finally:
@@ -260,32 +265,74 @@ def slurm_minutes(limit: str) -> int:
     return (int(days or 0) * 24 + h) * 60 + m + (s > 0)
 
 
+def declared_jobs(log: str) -> dict[str, dict]:
+    """Every rule job the outer snakemake printed: jobid -> rule, wildcards and resources."""
+    jobs = {}
+    for m in re.finditer(
+        r"^\s*rule (\w+):\n(?:(?!^\s*rule ).*\n)*?\s*jobid: (\d+)\n(?:(?!^\s*rule ).*\n)*?"
+        r"\s*wildcards: (.*)\n\s*resources: (.*)$",
+        log,
+        re.M,
+    ):
+        rule, jobid, wildcards, resources = m.groups()
+        jobs[jobid] = {
+            "rule": rule,
+            "wildcards": dict(re.findall(r"(\w+)=([^,]+)", wildcards)),
+            **{k: v for k, v in re.findall(r"(\w+)=([^,]+)", resources)},
+        }
+    return jobs
+
+
+def group_members(log: str, declared: dict[str, dict]) -> dict[str, list[dict]]:
+    """Snakemake group job id (a uuid) -> its member jobs, from the block that announces the group
+    job up to the line that reports its submission."""
+    groups = {}
+    for m in re.finditer(
+        r"Group job (\S+) \(jobs in lexicogr\. order\):\n(.*?)^Job (\S+) has been submitted", log, re.M | re.S
+    ):
+        ids = re.findall(r"^\s*jobid: (\d+)$", m.group(2), re.M)
+        groups[m.group(3)] = [declared[i] for i in ids]
+    return groups
+
+
+def chain_minutes(members: list[dict]) -> int:
+    """The time a group job needs on CPUs: per (run, chunk) chain its pretraining job then its
+    transfer jobs side by side (the longest), chains side by side: the longest chain; pretraining
+    and transfers without their partner in the group count as chains of their own."""
+    chains: dict[tuple, dict[str, int]] = {}
+    for job in members:
+        key = (job["wildcards"]["run"], job["wildcards"]["chunk"])
+        c = chains.setdefault(key, {"pretrain": 0, "transfer": 0})
+        c[job["rule"]] = max(c[job["rule"]], int(job["runtime"]))
+    return max(c["pretrain"] + c["transfer"] for c in chains.values())
+
+
 def test_slurm_jobs_got_the_resources_the_rules_declare(slurm_study):
     """The rules' mem_mb and runtime (scaled with the config) reach sbatch as --mem and --time.
 
     A single job gets exactly what its rule declares; a group job (the Slurm profile groups a
-    run's pretraining with its transfer jobs) gets limits that cover every member's."""
+    run's pretraining with its transfer jobs) gets a time limit covering the SUM along each
+    pretrain -> transfer chain inside it (not only its largest member), memory covering every
+    member, and never more than the caps (jobs.max_runtime_min, jobs.max_mem_mb)."""
     run, jobs = slurm_study.run, slurm_study.jobs
     assert run.returncode == 0, tail(run)
-    declared = {}  # snakemake job id -> the resources it printed for that job
-    for block in re.split(r"\n(?=\s*\[\w{3} \w{3} )", run.log):
-        jobid = re.search(r"^\s*jobid: (\d+)$", block, re.M)
-        resources = re.search(r"^\s*resources: (.*)$", block, re.M)
-        if jobid and resources:
-            declared[jobid.group(1)] = dict(re.findall(r"(\w+)=([^,]+)", resources.group(1)))
+    declared = declared_jobs(run.log)
+    groups = group_members(run.log, declared)
     submitted = re.findall(r"^Job (\S+) has been submitted with SLURM jobid (\d+)", run.log, re.M)
     assert submitted
-    members = [r for r in declared.values() if "mem_mb" in r and "runtime" in r]
     for snakemake_id, slurm_id in submitted:
         job = jobs[slurm_id]
         mem, minutes = int(job["MinMemoryNode"].rstrip("M")), slurm_minutes(job["TimeLimit"])
+        assert minutes <= 1440 and mem <= 64000, job  # the default caps
         if snakemake_id in declared:  # a single job
             want = declared[snakemake_id]
             assert mem == int(want["mem_mb"]), (want, job)
             assert minutes == int(want["runtime"]), (want, job)
         else:  # a group job, named by a uuid
-            assert mem >= max(int(r["mem_mb"]) for r in members), (members, job)
-            assert minutes >= max(int(r["runtime"]) for r in members), (members, job)
+            members = groups[snakemake_id]
+            assert {m["rule"] for m in members} == {"pretrain", "transfer"}, members
+            assert mem >= max(int(m["mem_mb"]) for m in members), (members, job)
+            assert minutes >= chain_minutes(members), (members, job)
 
 
 def test_slurm_and_local_runs_give_the_same_tables(slurm_study, local_run):
@@ -297,3 +344,78 @@ def test_slurm_and_local_runs_give_the_same_tables(slurm_study, local_run):
     assert sorted(remote) == sorted(local)
     for name, table in local.items():
         pd.testing.assert_frame_equal(remote[name], table, check_exact=True, obj=name)
+
+
+# --- what the study asks of Slurm: the plugin's real sbatch lines, checked by Slurm itself ------
+# slurm_requests.capture runs the workflow with a recorder as `sbatch`: it logs the plugin's
+# argument vector, hands it to the real `sbatch --test-only` (Slurm checks it against this node
+# and queues nothing), and fails the submission. This node has no GPU, so a GPU request is
+# checked as: Slurm refuses it for the gres alone, and accepts the same line without --gpus=1.
+
+
+def captured(config: Path, device: str, *extra: str) -> list[dict]:
+    rows = capture(REPO / config, device, shutil.which("sbatch"), extra=extra, timeout=RUN_LIMIT_S)
+    assert rows, OUTPUTS[-1][-3000:]
+    return rows
+
+
+def test_cpu_jobs_ask_for_no_gpu_and_slurm_accepts_them(slurm_cluster):  # noqa: F811
+    rows = captured(TINY, "cpu")
+    assert len(rows) == 1 and len(rows[0]["members"]) == 3, rows  # the tiny study: one Slurm job
+    for r in rows:
+        assert r["gpus"] == 0 and not any("gpu" in a for a in r["argv"] if not a.startswith("--wrap")), r
+        assert r["test_only"]["rc"] == 0, r["test_only"]
+
+
+def test_cuda_jobs_ask_for_exactly_one_gpu_grouped_or_not(slurm_cluster):  # noqa: F811
+    grouped = captured(TINY, "cuda")
+    single = captured(TINY, "cuda", "--group-components", "none=1")  # no `study=N`: nothing grouped
+    assert len(grouped) == 1 and len(grouped[0]["members"]) == 3, grouped
+    assert len(single) == 3 and all(len(r["members"]) == 1 for r in single), single
+    for r in grouped + single:
+        gpu_args = [a for a in r["argv"] if "gpu" in a and not a.startswith("--wrap")]
+        assert gpu_args == ["--gpus=1"], r["argv"]
+        assert r["test_only"]["rc"] != 0 and "gres" in r["test_only"]["out"], r["test_only"]
+        probe = slurm_cluster.run(["sbatch", "--test-only", *[a for a in r["argv"] if a != "--gpus=1"]], check=False)
+        assert probe.returncode == 0, probe.stderr
+    # members take turns on the one GPU: the group's time is the sum of its members', memory the largest
+    assert grouped[0]["time_min"] == sum(r["time_min"] for r in single)
+    assert grouped[0]["mem_mb"] == max(r["mem_mb"] for r in single)
+    assert grouped[0]["cpus"] == max(r["cpus"] for r in single)
+    # the pool is per Slurm job (scope local), not a limit on Slurm jobs at once: the scheduler
+    # starts the default study's 5 GPU jobs in one round
+    first = len(OUTPUTS)
+    default = captured(Path("config.yaml"), "cuda")
+    assert len(default) == 5 and all(r["gpus"] == 1 for r in default), default
+    assert re.search(r"^Execute 5 jobs\.\.\.$", OUTPUTS[first], re.M), OUTPUTS[first][-3000:]
+
+
+def test_runtime_cap_splits_slurm_jobs(slurm_cluster, tmp_path):  # noqa: F811
+    """jobs.max_runtime_min under a chain's time: its pretraining and its transfer jobs go to
+    separate Slurm jobs, each within the cap, every job in exactly one, and Slurm accepts them."""
+    config = yaml.safe_load((REPO / TINY).read_text())
+    whole = captured(TINY, "cpu")[0]["time_min"]
+    config.setdefault("jobs", {})["max_runtime_min"] = cap = whole - 1
+    capped = tmp_path / "tiny.yaml"
+    capped.write_text(yaml.safe_dump(config))
+    rows = captured(capped, "cpu")
+    assert len(rows) == 2, rows
+    assert all(r["time_min"] <= cap and r["test_only"]["rc"] == 0 for r in rows), rows
+    members = [m for r in rows for m in r["members"]]
+    assert sorted(members) == sorted(set(members)) and len(members) == 3, members
+
+
+def test_without_accounting_the_run_stops_before_submitting(slurm_cluster, tmp_path):  # noqa: F811
+    """This cluster has no accounting: `sacct` fails. Without --slurm-status-command squeue the
+    plugin would never see a job end; the workflow stops first, in one line naming the flag."""
+    before = slurm_cluster.job_ids()
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    args = ("--executor", "slurm", "--workflow-profile", str(REPO / SLURM_PROFILE))
+    run = finish(start_snakemake(REPO, workdir, *args, limit_s=120), limit_s=120)
+    assert run.returncode not in (0, 124, 137), tail(run)
+    lines = [ln for ln in run.log.splitlines() if "--slurm-status-command squeue" in ln]
+    assert len(lines) == 1 and "accounting" in lines[0], tail(run)
+    assert "has been submitted" not in run.log, tail(run)
+    assert slurm_cluster.job_ids() == before
+    assert run.seconds < 60, tail(run)

@@ -164,6 +164,7 @@ def test_tiny_study_end_to_end(tmp_path):
         str(readme),
         "--wall-seconds",
         "60",
+        "--allow-dirty",  # a test's tree may be dirty; the refusal itself is tested in tests/unit/test_cli_errors.py
     ]
     assert subprocess.run(snap, capture_output=True, text=True, timeout=120).returncode == 0
     first = readme.read_text()

@@ -142,18 +142,76 @@ def figure_files():
 # --- resources: from the one cost model (groupsparse.costs, fitted to measured jobs) ---------
 
 
+# A job's memory request never exceeds jobs.max_mem_mb: the prediction itself fits (preflight
+# refused the study otherwise); only the safety margin is trimmed.
+MAX_MEM_MB = JOBS.get("max_mem_mb")
+MAX_RUNTIME_MIN = JOBS.get("max_runtime_min")
+
+
 def pretrain_resources(wildcards):
     run = RUNS[wildcards.run]
     return costs.pretrain_request(
-        run, wildcards.chunk, config["device"], PRETRAIN_THREADS
+        run, wildcards.chunk, config["device"], PRETRAIN_THREADS, MAX_MEM_MB
     )
 
 
 def transfer_resources(wildcards):
     run = RUNS[wildcards.run]
     return costs.transfer_request(
-        run, wildcards.chunk, wildcards.group, config["device"], TRANSFER_THREADS
+        run,
+        wildcards.chunk,
+        wildcards.group,
+        config["device"],
+        TRANSFER_THREADS,
+        MAX_MEM_MB,
     )
+
+
+# --- Slurm jobs: which pretraining and transfer jobs share one --------------------------------
+# Grouping is on when the profile (workflow/profiles/slurm) sets `group-components: [study=N]`:
+# N is the most (run, seed chunk) chains one Slurm job holds. The chains are packed by the cost
+# model (groupsparse.costs.cluster.pack) into groups study_<i> whose requests stay under
+# jobs.max_runtime_min and jobs.max_mem_mb; each is registered under its parent "study" (as
+# snakemake does for a group name with wildcards) so that study=N merges a group's chains into one
+# Slurm job. Without that setting (local runs) no job is grouped.
+_SLURM_GROUPS = {}
+
+
+def slurm_group(kind, wildcards):
+    per_job = workflow.group_settings.group_components.get("study")
+    if per_job is None:
+        return None
+    if not _SLURM_GROUPS:
+        _SLURM_GROUPS.update(
+            costs.pack(
+                RUNS,
+                config["device"],
+                PRETRAIN_THREADS,
+                TRANSFER_THREADS,
+                MAX_RUNTIME_MIN,
+                MAX_MEM_MB,
+                per_job,
+            )
+        )
+    key = (kind, wildcards.run, wildcards.chunk, wildcards.get("group", ""))
+    gid = _SLURM_GROUPS[key]
+    workflow.parent_groupids[gid] = "study"
+    return gid
+
+
+# Before the first Slurm job: where Slurm has no accounting, the executor plugin's default status
+# command (sacct) never sees a job finish and snakemake waits forever; stop with the flag instead.
+onstart:
+    plugin = workflow.executor_plugin
+    status = getattr(workflow.executor_settings, "status_command", None)
+    if plugin is not None and plugin.name == "slurm" and status == "sacct":
+        problem = preflight.sacct_problem()
+        if problem:
+            raise WorkflowError(
+                f"{problem}: Slurm accounting is off, so the executor could never see a job "
+                f"finish; add `{preflight.STATUS_FLAG}` (or `slurm-status-command: squeue` in "
+                f"your profile)"
+            )
 
 
 def transfer_table_files():

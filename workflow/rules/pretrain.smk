@@ -12,6 +12,8 @@ rule pretrain:
         f"{R}/logs/pretrain/{{run}}/seeds{{chunk}}.log",
     benchmark:
         f"{R}/benchmarks/pretrain/{{run}}/seeds{{chunk}}.tsv"
+    group:
+        lambda w: slurm_group("pretrain", w)
     conda:
         CONDA_ENV
     threads: PRETRAIN_THREADS

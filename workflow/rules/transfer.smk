@@ -11,6 +11,8 @@ rule transfer:
         f"{R}/logs/transfer/{{run}}/seeds{{chunk}}/{{group}}.log",
     benchmark:
         f"{R}/benchmarks/transfer/{{run}}/seeds{{chunk}}/{{group}}.tsv"
+    group:
+        lambda w: slurm_group("transfer", w)
     conda:
         CONDA_ENV
     threads: TRANSFER_THREADS

@@ -16,11 +16,22 @@ def register(sub) -> None:
         help="wall time of the snakemake run, to report beside the sum of the job times",
     )
     p.add_argument("--cores", type=int, default=2, help="cores the run used (for the overhead ratio)")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write numbers computed from uncommitted code or from another commit than HEAD (refused by default)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ..report import write_snapshot
+    from ..report import results_commit_problem, write_snapshot
+
+    problem = results_commit_problem(args.results)
+    if problem and not args.allow_dirty:
+        from ..io import InputError
+
+        raise InputError(f"{problem}; commit, rerun the study, then snapshot (or --allow-dirty)")
 
     count = write_snapshot(args.results, args.docs, args.readme, args.wall_seconds, args.cores)
     print(f"wrote {count} figures to {args.docs} and the results section of {args.readme}")

@@ -28,7 +28,13 @@ def run(args) -> int:
         col, _, value = cond.partition("=")
         if col not in df:
             raise io.InputError(f"--where {cond}: no column {col!r}; columns: {', '.join(df.columns)}")
-        df = df[df[col].astype(str) == value]
+        kept = df[df[col].astype(str) == value]
+        if kept.empty:  # say what the column holds rather than print an empty frame
+            values = sorted(df[col].astype(str).unique())
+            shown = ", ".join(values[:20]) + (f", ... ({len(values)} values)" if len(values) > 20 else "")
+            print(f"no rows of {args.table} where {col} = {value!r}; {col} takes: {shown or 'no values'}")
+            return 1
+        df = kept
     if args.columns:
         cols = args.columns.split(",")
         missing = [c for c in cols if c not in df]

@@ -18,6 +18,9 @@ METHOD_LABELS = {
     "group_lasso": "group-lasso logistic",
     "mlp": "MLP on vec(X)",
     "std_transformer": "standard 2-layer transformer",
+    "pretrained_probe": "pretrained u(X), logistic probe (W frozen)",
+    "pretrained_finetune_v0": "pretrained W, v reset to 0, fine-tuned",
+    "pretrained_frozen_W_v0": "pretrained W frozen, v reset to 0",
 }
 
 
@@ -54,11 +57,11 @@ def _per_seed(ax, traj, column, label=None, logy=False):
 
 
 def pretrain_curves(traj: pd.DataFrame, title: str, outdir: Path):
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4), layout="constrained")
     _per_seed(axes[0], traj, "eval_loss", logy=True)
     axes[0].set_ylabel("logistic loss (evaluation set)")
     _per_seed(axes[1], traj, "eval_accuracy")
-    axes[1].set_ylabel("accuracy (evaluation set)")
+    axes[1].set_ylabel("accuracy (evaluation set; a tie counts 1/2)")
     _per_seed(axes[2], traj, "attention_on_relevant")
     axes[2].set_ylabel("mean attention mass on relevant group(s)")
     axes[2].set_ylim(0, 1.02)
@@ -91,13 +94,21 @@ def attention_heatmaps(att: pd.DataFrame, title: str, outdir: Path):
 
 
 def parameters(traj: pd.DataFrame, title: str, outdir: Path):
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
-    _per_seed(axes[0], traj, "cos_v1_vstar")
-    axes[0].set_ylabel("cos(v1, v*)")
+    has_direction = traj["cos_v1_vstar"].notna().any()  # image tasks have no v*: no empty panel
+    fig, axes = plt.subplots(
+        1, 4 if has_direction else 3, figsize=(18 if has_direction else 14, 4.2), layout="constrained"
+    )
+    if has_direction:
+        _per_seed(axes[0], traj, "cos_v1_vstar")
+        axes[0].set_ylabel("cos(v1, v*)")
+        axes = axes[1:]
+    else:
+        axes = list(axes)
+    axes = [None, *axes]  # the panels below keep their places
     _per_seed(axes[1], traj, "v1_norm")
     axes[1].set_ylabel("|v1|")
     _per_seed(axes[2], traj, "v2_norm", logy=True)
-    axes[2].set_ylabel(f"|v2| (theory: 0; exact 0 drawn at {LOG_FLOOR:g})")
+    axes[2].set_ylabel(f"|v2| (theory 0; 0 drawn at {LOG_FLOOR:g})")
     ok = traj[traj["status"] == "ok"]
     for (col, label), ls in zip(
         (
@@ -113,7 +124,7 @@ def parameters(traj: pd.DataFrame, title: str, outdir: Path):
             axes[3].plot(mean.index, mean.values.clip(LOG_FLOOR), ls=ls, lw=2, label=label)
     axes[3].set_yscale("log")
     axes[3].set_xlabel("gradient step")
-    axes[3].set_ylabel(f"Frobenius norm of W block (mean; 0 at {LOG_FLOOR:g})")
+    axes[3].set_ylabel(f"|W block| (mean; 0 drawn at {LOG_FLOOR:g})")
     axes[3].legend(fontsize=8)
     axes[3].grid(alpha=0.3)
     fig.suptitle(title)
@@ -122,7 +133,7 @@ def parameters(traj: pd.DataFrame, title: str, outdir: Path):
 
 def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
     panels = sorted(summary["downstream"].unique(), key=lambda s: (s != "transfer", s))
-    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5.2), squeeze=False, layout="constrained")
     for ax, down in zip(axes[0], panels):
         s = summary[summary["downstream"] == down]
         for method, g in s.groupby("method", sort=False):
@@ -140,7 +151,9 @@ def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
         ax.axhline(0.5, color="gray", ls=":", lw=1)
         ax.set_title("downstream: " + down.replace("_", " "))
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    # below the panels, never over a curve
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=8)
     fig.suptitle(title)
     return save(fig, outdir, "transfer_accuracy")
 

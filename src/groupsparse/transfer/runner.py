@@ -3,6 +3,14 @@
 Every (downstream task, seed, n) draws its n training samples from a generator hashed
 from that identity alone, and every (downstream task, seed) one test set, so all methods
 see the same data and a grid split across jobs gives the same rows as one job.
+
+Each row records the hyperparameters used (``hyperparameters``, JSON: the chosen grid values,
+the rule, the CV score and ``at_edge``; for SGD the absolute step ``eta`` and the scale
+``u_sq_mean``), the rule (``selection``), whether a chosen value sits at an edge of its grid
+(``hp_at_edge``) and, for the online-SGD methods, the average online error (``online_error``):
+(1/n) sum_{t=0}^{n-1} P(y f(Z; W_t, v_t) <= 0), W_t, v_t the iterate after t updates, each
+iterate's error measured on the first ``online_eval_size`` test samples (methods.py:
+``online_iterates``, ``average_online_error``).
 """
 
 from __future__ import annotations
@@ -22,8 +30,8 @@ import torch.nn.functional as F
 from .. import io
 from ..seeding import torch_generator
 from ..specs import RunSpec, config_hash
-from .methods import METHODS, Context, net_steps, warm_up_group_lasso
-from .spec import TransferSpec, check_grid
+from .methods import METHODS, Context, OnlineEval, net_steps, warm_up_group_lasso
+from .spec import ONLINE_METHODS, TransferSpec, check_grid
 from .tasks import (
     Pretrained,
     check_checkpoint,
@@ -35,6 +43,7 @@ from .tasks import (
 )
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+CV_CHUNK_FLOATS = 2**23  # training inputs (floats) per batched cross-validation fit: bounds its memory
 STATUSES = ("ok", "diverged", "failed", "skipped_pretrain_diverged")
 COLUMNS = [
     "run",
@@ -55,6 +64,9 @@ COLUMNS = [
     "status",
     "hyperparameters",
     "cos_direction",
+    "selection",
+    "hp_at_edge",
+    "online_error",
 ]
 
 
@@ -81,6 +93,17 @@ def run_transfer(
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
 ) -> TransferResult:
+    """The table of every (downstream, seed, method, n). scikit-learn's BLAS gets torch's thread
+    count (an unlimited BLAS pool on a shared machine made each small convex fit 10x slower)."""
+    import scipy.optimize  # noqa: F401  (load the BLAS libraries first: the limit covers loaded ones only)
+    import sklearn.linear_model  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=torch.get_num_threads()):
+        return _run_transfer(run_spec, spec, checkpoint, methods, sizes, device, progress)
+
+
+def _run_transfer(run_spec, spec, checkpoint, methods, sizes, device, progress) -> TransferResult:
     t0 = time.perf_counter()
     check_grid(list(methods), list(sizes), spec)
     tensors, meta = io.load_checkpoint(checkpoint)
@@ -126,8 +149,17 @@ def run_transfer(
     table = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("d", "D", "seed", "j_star", "pretrain_j_star", "n"):
         table[col] = table[col].astype("int64")
-    for col in ("test_accuracy", "test_loss", "train_accuracy", "train_loss", "fit_seconds", "cos_direction"):
+    for col in (
+        "test_accuracy",
+        "test_loss",
+        "train_accuracy",
+        "train_loss",
+        "fit_seconds",
+        "cos_direction",
+        "online_error",
+    ):
         table[col] = table[col].astype("float64")
+    table["hp_at_edge"] = table["hp_at_edge"].astype("bool")
     return TransferResult(table, pre.seeds, time.perf_counter() - t0, compile_seconds, seconds)
 
 
@@ -178,6 +210,9 @@ def _fit_method(
                     fit_seconds=math.nan,
                     status="skipped_pretrain_diverged",
                     hyperparameters=json.dumps({"skipped": "pretraining of this seed diverged"}),
+                    selection=spec.selection,
+                    hp_at_edge=False,
+                    online_error=math.nan,
                 )
             )
     if not active:
@@ -190,32 +225,25 @@ def _fit_method(
     chosen, notes = _select(ctx, spec, method, Xa, ya, ids, start)
     select_seconds = time.perf_counter() - t0
 
-    results: dict[int, tuple] = {}
-    for members in _groups(chosen).values():
-        hp = chosen[members[0]]
-        t1 = time.perf_counter()
-        sub = {k: t[members] for k, t in start.items()} if start is not None else None
-        out = entry.fit(
-            ctx,
-            Xa[members],
-            ya[members],
-            [Xa[members], X_test[[active[j] for j in members]]],
-            hp,
-            [torch_generator(*ids[j]) for j in members],
-            sub,
-        )
-        share = (time.perf_counter() - t1) / len(members)
-        errors = out.errors or [None] * len(members)
-        extras = out.extras or [{}] * len(members)
-        for pos, j in enumerate(members):
-            results[j] = (out.outputs[0][pos], out.outputs[1][pos], errors[pos], extras[pos], share)
+    t1 = time.perf_counter()
+    X_te = X_test[active]
+    online = None
+    if method in ONLINE_METHODS:
+        m = min(spec.online_eval_size, X_te.shape[1])
+        online = OnlineEval(X_te[:, :m], y_test[active][:, :m], spec.online_points)
+    out = entry.fit(ctx, Xa, ya, [Xa, X_te], chosen, [torch_generator(*i) for i in ids], start, online)
+    share = (time.perf_counter() - t1) / len(active)
+    errors = out.errors or [None] * len(active)
+    extras = out.extras or [{}] * len(active)
 
     for j, i in enumerate(active):
-        f_train, f_test, error, extra, share = results[j]
-        hp_record = {"rule": notes[j].pop("rule"), **chosen[j], **notes[j], **extra}
+        f_train, f_test, error, extra = out.outputs[0][j], out.outputs[1][j], errors[j], extras[j]
+        rule = notes[j].pop("rule")
+        hp_record = {"rule": rule, **chosen[j], **notes[j], **extra}
         if method in ("mlp", "std_transformer"):
             hp_record["batch_used"], hp_record["steps"] = net_steps(n, chosen[j])
         metrics = _metrics(f_train, ya[j], f_test, y_test[i])
+        online_error = out.online[j] if out.online is not None else math.nan
         if error is not None:
             status = "failed"
             hp_record["error"] = error
@@ -225,6 +253,7 @@ def _fit_method(
             status = "ok"
         if status != "ok":
             metrics = {k: math.nan for k in metrics}
+            online_error = math.nan
         rows.append(
             row(
                 i,
@@ -232,6 +261,9 @@ def _fit_method(
                 fit_seconds=share + select_seconds / len(active),
                 status=status,
                 hyperparameters=json.dumps(hp_record, sort_keys=True),
+                selection=rule,
+                hp_at_edge=bool(notes[j].get("at_edge", [])),
+                online_error=online_error,
             )
         )
     return rows
@@ -252,61 +284,107 @@ def _metrics(f_train, y_train, f_test, y_test) -> dict:
     }
 
 
-def _groups(chosen: list[dict]) -> dict[str, list[int]]:
-    """Seeds sharing a hyperparameter setting, fitted together as one batch."""
-    groups: dict[str, list[int]] = {}
-    for j, hp in enumerate(chosen):
-        groups.setdefault(json.dumps(hp, sort_keys=True), []).append(j)
-    return groups
-
-
 # -- the hyperparameter rule -------------------------------------------------------------
+
+
+def cv_folds(y: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
+    """Stratified fold of each of the n samples (labels y (n,)): -1 = in every training set.
+
+    The samples of each class in a hashed random order, class -1 first then class +1, are dealt
+    round-robin to folds 0 .. k-1; the last n mod k of that order go to no validation fold, so
+    every fold validates floor(n / k) samples and trains on n - floor(n / k) (equal sizes: the
+    folds of all entries train as one batch). Each fold's class counts differ by at most one.
+    """
+    n = y.shape[0]
+    perm = torch.randperm(n, generator=gen)
+    order = torch.cat([perm[y[perm] < 0], perm[y[perm] > 0]])
+    fold = torch.full((n,), -1, dtype=torch.int64)
+    m = (n // k) * k
+    fold[order[:m]] = torch.arange(m) % k
+    return fold
 
 
 def _select(ctx: Context, spec: TransferSpec, method: str, X, y, ids, start) -> tuple[list[dict], list[dict]]:
     """Per seed: the setting to fit with, and notes on how it was chosen.
 
-    fixed: the documented defaults. cv: k-fold cross-validation on the seed's own n samples
-    over the method's grid (best mean validation accuracy, ties: lower validation loss);
-    folds and fits are drawn from the seed's fit identity + ("cv", ...).
+    fixed: the documented defaults. cv: stratified k-fold cross-validation on the seed's own n
+    samples (``cv_folds``; k = spec.folds(n), fewer at small n) over the product of the method's
+    grid: every (grid point, fold, seed) is one entry of one batched fit (same fold and same
+    initialisation for every grid point of a seed: common random numbers); the grid point with
+    the best mean validation accuracy wins (ties: lower mean validation loss, then the earlier
+    point). Folds and fits are drawn from the seed's fit identity + ("cv", ...). A fold whose
+    fit fails for every grid point (e.g. one class only in its training part) is left out;
+    a grid point whose outputs are not finite scores -inf. notes["at_edge"] lists the tuned
+    keys whose chosen value is the first or last of its grid (with > 1 values).
     """
     S, n = y.shape
     fixed = spec.method_hyperparameters(method)
     if spec.selection == "fixed":
         return [dict(fixed) for _ in range(S)], [{"rule": "fixed"} for _ in range(S)]
-    k = spec.cv_folds
-    if n < 2 * k:
-        return [dict(fixed) for _ in range(S)], [{"rule": f"fixed (n < 2 x cv_folds = {2 * k})"} for _ in range(S)]
-    perms = torch.stack([torch.randperm(n, generator=torch_generator(*i, "cv")) for i in ids])
-    fold_of = torch.empty(S, n, dtype=torch.int64)
-    fold_of.scatter_(1, perms, (torch.arange(n) % k).expand(S, n).contiguous())
+    k_split, k = spec.folds(n)
+    if k_split < 2:
+        return [dict(fixed) for _ in range(S)], [{"rule": f"fixed (n = {n} < 4: no 2 folds of 2)"} for _ in range(S)]
+    folds = torch.stack([cv_folds(y[s], k_split, torch_generator(*ids[s], "cv")) for s in range(S)])
+    trn = torch.stack([torch.stack([torch.nonzero(folds[s] != f).squeeze(1) for f in range(k)]) for s in range(S)])
+    val = torch.stack([torch.stack([torch.nonzero(folds[s] == f).squeeze(1) for f in range(k)]) for s in range(S)])
     candidates = spec.candidates(method)
-    scores = torch.zeros(len(candidates), S, 2, dtype=torch.float64)  # (mean accuracy, -mean loss)
-    rows = torch.arange(S)[:, None]
-    for c, hp in enumerate(candidates):
-        for fold in range(k):
-            val = torch.stack([torch.nonzero(fold_of[s] == fold).squeeze(1) for s in range(S)])
-            trn = torch.stack([torch.nonzero(fold_of[s] != fold).squeeze(1) for s in range(S)])
-            out = METHODS[method].fit(
-                ctx,
-                X[rows, trn],
-                y[rows, trn],
-                [X[rows, val]],
-                hp,
-                [torch_generator(*i, "cv", fold) for i in ids],
-                start,
-            )
-            f, yv = out.outputs[0], y[rows, val]
-            acc = ((f > 0).to(torch.float64) * 2 - 1 == yv).to(torch.float64).mean(1)
-            loss = F.softplus(-yv * f).mean(1)
-            bad = ~torch.isfinite(f).all(1)
-            scores[c, :, 0] += torch.where(bad, torch.full_like(acc, -math.inf), acc) / k
-            scores[c, :, 1] += torch.where(bad, torch.full_like(loss, -math.inf), -loss) / k
+    C = len(candidates)
+    # entries e = (c, f, s), s fastest
+    cs, fs, ss = (
+        t.reshape(-1) for t in torch.meshgrid(torch.arange(C), torch.arange(k), torch.arange(S), indexing="ij")
+    )
+    yv = y[ss[:, None], val[ss, fs]]
+    # grid points in chunks of whole (fold, seed) blocks, about CV_CHUNK_FLOATS training inputs a chunk
+    per_point = k * S * trn.shape[-1] * X[0, 0].numel()
+    step = max(1, CV_CHUNK_FLOATS // per_point) * k * S
+    fs_out, errs = [], []
+    for lo in range(0, len(cs), step):
+        e = slice(lo, lo + step)
+        s_, f_ = ss[e], fs[e]
+        out = METHODS[method].fit(
+            ctx,
+            X[s_[:, None], trn[s_, f_]],
+            y[s_[:, None], trn[s_, f_]],
+            [X[s_[:, None], val[s_, f_]]],
+            [candidates[int(c)] for c in cs[e]],
+            [torch_generator(*ids[int(s)], "cv", int(f)) for f, s in zip(f_, s_)],
+            {key: t[s_] for key, t in start.items()} if start is not None else None,
+        )
+        fs_out.append(out.outputs[0])
+        errs += out.errors or [None] * len(s_)
+    f = torch.cat(fs_out)
+    acc = ((f > 0).to(torch.float64) * 2 - 1 == yv).to(torch.float64).mean(1)
+    loss = F.softplus(-yv * f).mean(1)
+    failed = torch.tensor([e is not None for e in errs])
+    finite = torch.isfinite(f).all(1)
+    acc = torch.where(finite, acc, torch.full_like(acc, -math.inf)).reshape(C, k, S)
+    loss = torch.where(finite, loss, torch.full_like(loss, math.inf)).reshape(C, k, S)
+    failed = failed.reshape(C, k, S)
+    valid = ~failed.all(0)  # (k, S): folds some grid point could fit
+    names = sorted(spec.method_grid(method))
+    grid = spec.method_grid(method)
     chosen, notes = [], []
     for s in range(S):
-        best = max(range(len(candidates)), key=lambda c: (float(scores[c, s, 0]), float(scores[c, s, 1]), -c))
-        chosen.append(dict(candidates[best]))
-        notes.append({"rule": f"cv ({k} folds)", "cv_accuracy": _finite_or_none(float(scores[best, s, 0]))})
+        use = valid[:, s]
+        if not use.any():
+            chosen.append(dict(fixed))
+            notes.append({"rule": "fixed (no fold of the split could be fitted)"})
+            continue
+        a = torch.where(failed[:, use, s], -math.inf, acc[:, use, s]).mean(1)
+        lo = torch.where(failed[:, use, s], math.inf, loss[:, use, s]).mean(1)
+        best = max(range(C), key=lambda c: (float(a[c]), -float(lo[c]), -c))
+        hp = dict(candidates[best])
+        edge = [name for name in names if len(grid[name]) > 1 and hp[name] in (grid[name][0], grid[name][-1])]
+        chosen.append(hp)
+        rule = f"cv ({k} folds)" if k == k_split else f"holdout (1/{k_split} of n)"
+        notes.append(
+            {
+                "rule": rule,
+                "cv_accuracy": _finite_or_none(float(a[best])),
+                "cv_loss": _finite_or_none(float(lo[best])),
+                "at_edge": edge,
+            }
+        )
     return chosen, notes
 
 

@@ -16,30 +16,53 @@ from typing import Any
 
 from ..specs import DTYPES, _check, _choice, config_hash
 
-PRETRAINED_METHODS = ("pretrained_finetune", "pretrained_frozen_W")
+# pretrained_finetune / pretrained_frozen_W start from the pretrained v (the paper's protocol as
+# we read it); the _v0 variants reset v to 0 (a fresh read-out) and keep the pretrained W;
+# pretrained_probe fits v to convergence by L2 logistic regression on u(X) = Z S 1 with W frozen.
+PRETRAINED_METHODS = (
+    "pretrained_finetune",
+    "pretrained_finetune_v0",
+    "pretrained_frozen_W",
+    "pretrained_frozen_W_v0",
+    "pretrained_probe",
+)
+# Online SGD (one pass, one sample per step): these rows also record the average online error.
+ONLINE_METHODS = (
+    "pretrained_finetune",
+    "pretrained_finetune_v0",
+    "pretrained_frozen_W",
+    "pretrained_frozen_W_v0",
+    "scratch_transformer",
+)
 METHODS = PRETRAINED_METHODS + ("scratch_transformer", "logreg", "group_lasso", "mlp", "std_transformer")
 DOWNSTREAM = ("transfer", "negative_control")
 SELECTIONS = ("fixed", "cv")
 DEFAULT_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 # The paper's fine-tuning protocol (online SGD, one sample per step, `passes` passes over
-# the n samples), shared by the three paper-model methods so that only the start differs.
-# eta = 0.01: about the per-sample stability limit 2/L in v (L = |grad_v f|^2 / 4, about
-# D^2 (d + 1) / 4 at d = D = 10 with attention on j*); a development checkpoint (study_seed 2)
-# showed eta = 0.1 wiping out the pretrained attention under full fine-tuning.
-_SGD = {"eta": 0.01, "passes": 1}
-# Torch nets: AdamW with torch's default lr and weight decay; minibatches of `batch`,
-# steps = clamp(ceil(epochs * n / batch), min_steps, max_steps).
+# the n samples), shared by the paper-model methods so that only the start differs.
+# Step: eta_rel / mean_i |u(X_i)|^2 when eta_rel is set (scale-free: u(X) = Z S 1 = df/dv at the
+# starting parameters, averaged over the samples being fitted; 1 / mean |u|^2 is the per-sample
+# stability scale of the step in v), else the absolute eta.
+# Rule "fixed" keeps the old protocol: absolute eta = 0.01 at every d, D and n (about the
+# per-sample stability limit 2/L in v at d = D = 10 with attention on j*).
+_SGD = {"eta": 0.01, "eta_rel": None, "passes": 1}
+# Torch nets: AdamW; minibatches of `batch`, steps = clamp(ceil(epochs * n / batch), min_steps, max_steps).
 _NET = {"lr": 1e-3, "weight_decay": 1e-2, "batch": 64, "epochs": 20, "min_steps": 200, "max_steps": 1000}
+_C = {"C": 1.0, "max_iter": 1000}
 
 # Rule "fixed": these documented defaults, the same at every n (see the README).
 DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     # v_start: "pretrained" (the paper's protocol) | "zero" (a fresh read-out, as in head re-initialisation)
     "pretrained_finetune": dict(_SGD, v_start="pretrained"),
+    "pretrained_finetune_v0": dict(_SGD, v_start="zero"),
     "pretrained_frozen_W": dict(_SGD, v_start="pretrained"),
+    "pretrained_frozen_W_v0": dict(_SGD, v_start="zero"),
+    # scikit-learn LogisticRegression (L2, lbfgs, intercept) on u(X) = Z S 1 at the pretrained W
+    "pretrained_probe": dict(_C),
     "scratch_transformer": dict(_SGD),
     # scikit-learn's defaults (C = 1: L2 penalty |w|^2 / 2 against the summed loss), lbfgs given room to converge
-    "logreg": {"C": 1.0, "max_iter": 1000},
+    "logreg": dict(_C),
     # alpha = alpha_scale * universal threshold sigma (sqrt(d) + sqrt(2 log D)) / (2 sqrt(n)):
     # the size of the largest pure-noise group gradient at w = 0 (methods.py explains)
     "group_lasso": {"alpha_scale": 1.0, "solver": "GroupProxNewton", "tol": 1e-6, "max_iter": 1000},
@@ -47,17 +70,48 @@ DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     "std_transformer": {"width": 32, "heads": 4, "layers": 2, "ff_width": 64, "positions": "learned", **_NET},
 }
 
-# Rule "cv": each (seed, n) picks, by k-fold cross-validation on its own n samples, the grid
-# point with the best mean validation accuracy (ties: lower validation loss); other keys keep
-# their defaults.
+
+def _log_grid(low_exp: float, high_exp: float, per_decade: int = 2) -> list[float]:
+    """10^low .. 10^high, `per_decade` points a decade (1, 3.16, 10, ... rounded to 1, 3, 10)."""
+    k = round((high_exp - low_exp) * per_decade)
+    out = []
+    for i in range(k + 1):
+        e = low_exp + i / per_decade
+        base = 10.0 ** math.floor(e + 1e-9)
+        frac = e - math.floor(e + 1e-9)
+        out.append(float(f"{base * (3.0 if abs(frac - 0.5) < 1e-9 else 10.0**frac):.10g}"))
+    return out
+
+
+# SGD step: 1e-3 .. 1e4 x the stability scale 1/mean|u|^2, 7 decades, 15 points. Large relative steps
+# are not unstable for the logistic loss (its gradient is bounded; sign(f) is scale-free): on the
+# base task CV picked 3 .. 1e4 from the pretrained v (which must be overridden), 0.03 .. 300 from
+# v = 0, and 0.01 at the lower edge for the scratch model at large n (a first grid from 0.01).
+# Whole decades: 8 points (a 15-point half-decade grid cost about 2x more and moved n* little).
+_ETA_REL = _log_grid(-3, 4, 1)
+_C_GRID = _log_grid(-4, 4, 1)  # 1e-4 .. 1e4: 8 decades, 9 points
+# AdamW learning rate, whole decades (the nets are the costly fits). With a first grid 1e-4 .. 1e-2
+# on the base task the MLP chose the lower edge 1e-4 at n <= 256 and the standard transformer the
+# upper edge 1e-2 at every n >= 512 (below n = 512 it is at chance whatever the rate): the MLP's grid
+# starts at 1e-5, the transformer's spans 1e-3 .. 1e-1 (three points: its fits dominate the cost).
+_LR_MLP = _log_grid(-5, -2, 1)
+_LR_STD = _log_grid(-3, -1, 1)
+
+# Rule "cv" (the default): each (seed, n) picks, by stratified k-fold cross-validation on its
+# own n samples, the grid point with the best mean validation accuracy (ties: lower mean
+# validation loss, then the earlier grid point), then refits on all n; other keys keep their
+# defaults. runner._select documents the folds.
 DEFAULT_GRIDS: dict[str, dict[str, list]] = {
-    "pretrained_finetune": {"eta": [0.01, 0.1, 1.0]},
-    "pretrained_frozen_W": {"eta": [0.01, 0.1, 1.0]},
-    "scratch_transformer": {"eta": [0.01, 0.1, 1.0]},
-    "logreg": {"C": [0.01, 0.1, 1.0, 10.0, 100.0]},
-    "group_lasso": {"alpha_scale": [0.1, 0.3, 1.0, 3.0]},
-    "mlp": {"lr": [3e-4, 1e-3, 3e-3]},
-    "std_transformer": {"lr": [3e-4, 1e-3, 3e-3]},
+    "pretrained_finetune": {"eta_rel": _ETA_REL},
+    "pretrained_finetune_v0": {"eta_rel": _ETA_REL},
+    "pretrained_frozen_W": {"eta_rel": _ETA_REL},
+    "pretrained_frozen_W_v0": {"eta_rel": _ETA_REL},
+    "pretrained_probe": {"C": _C_GRID},
+    "scratch_transformer": {"eta_rel": _ETA_REL},
+    "logreg": {"C": _C_GRID},
+    "group_lasso": {"alpha_scale": _log_grid(-2, 0.5)},  # 0.01 .. 3 x the universal threshold
+    "mlp": {"lr": _LR_MLP},
+    "std_transformer": {"lr": _LR_STD},
 }
 
 _STRING_CHOICES = {
@@ -66,6 +120,7 @@ _STRING_CHOICES = {
     "v_start": ("pretrained", "zero"),
 }
 _MAY_BE_ZERO = {"weight_decay"}
+_MAY_BE_NULL = {"eta_rel"}
 
 
 @dataclass(frozen=True)
@@ -75,8 +130,12 @@ class TransferSpec:
     downstream: tuple = DOWNSTREAM  # which downstream tasks to run
     angle_deg: float | None = None  # None: v~* a fresh uniform unit vector; else at this angle to v*
     sigma_x: float | None = None  # None: the pretraining task's sigma_x
-    selection: str = "fixed"  # hyperparameter rule: fixed (documented defaults) | cv
-    cv_folds: int = 3
+    selection: str = "cv"  # hyperparameter rule: cv (k-fold CV on the n samples) | fixed
+    cv_folds: int = 3  # k; reduced to floor(n / 2) when n < 2k (runner._select)
+    cv_large_n: int = 128  # from this n on: one holdout split instead of k fits (cost)
+    cv_holdout_folds: int = 2  # ... validating on 1/cv_holdout_folds of the samples (1/2: 50/50)
+    online_eval_size: int = 1000  # test samples (the first of the test set) scoring each online iterate
+    online_points: int = 64  # iterates scored per online-SGD fit: all when n <= this, else log-spaced
     hyperparameters: dict = field(default_factory=dict)  # method -> {key: value}, overrides the defaults
     grids: dict = field(default_factory=dict)  # method -> {key: [values]}, replaces the cv grid
     dtype: str = "float32"  # torch methods (the checkpoint is cast to it)
@@ -91,7 +150,15 @@ class TransferSpec:
             f"{where}.{unknown[0]}" if unknown else where,
             f"unknown key; allowed keys: {', '.join(sorted(known))}",
         )
-        for key in ("max_n", "test_size", "cv_folds"):
+        for key in (
+            "max_n",
+            "test_size",
+            "cv_folds",
+            "cv_holdout_folds",
+            "cv_large_n",
+            "online_eval_size",
+            "online_points",
+        ):
             if key in raw:
                 _check(_is_int(raw[key]), f"{where}.{key}", f"must be an integer, got {raw[key]!r}")
         for key in ("angle_deg", "sigma_x"):
@@ -141,6 +208,10 @@ class TransferSpec:
             _check(self.sigma_x > 0, f"{where}.sigma_x", f"must be > 0 or null, got {self.sigma_x}")
         _choice(self.selection, SELECTIONS, f"{where}.selection")
         _check(self.cv_folds >= 2, f"{where}.cv_folds", f"must be >= 2, got {self.cv_folds}")
+        _check(self.cv_holdout_folds >= 2, f"{where}.cv_holdout_folds", f"must be >= 2, got {self.cv_holdout_folds}")
+        _check(self.cv_large_n >= 2, f"{where}.cv_large_n", f"must be >= 2, got {self.cv_large_n}")
+        _check(self.online_eval_size >= 1, f"{where}.online_eval_size", f"must be >= 1, got {self.online_eval_size}")
+        _check(self.online_points >= 2, f"{where}.online_points", f"must be >= 2, got {self.online_points}")
         _choice(self.dtype, DTYPES, f"{where}.dtype")
         for method, values in self.hyperparameters.items():
             key = f"{where}.hyperparameters.{method}"
@@ -189,6 +260,16 @@ class TransferSpec:
         grid = self.method_grid(method) if self.selection == "cv" else {}
         return grid.get(name, [self.method_hyperparameters(method)[name]])
 
+    def folds(self, n: int) -> tuple[int, int]:
+        """(k, fits) of the stratified split at sample size n: k = cv_folds and all k folds fitted
+        below cv_large_n; from cv_large_n on k = cv_holdout_folds and only its first fold is fitted
+        (one holdout split). k is at most floor(n / 2) (every validation fold holds >= 2 samples);
+        k < 2 means no cross-validation (the fixed settings)."""
+        if n >= self.cv_large_n:
+            return min(self.cv_holdout_folds, n // 2), 1
+        k = min(self.cv_folds, n // 2)
+        return k, k
+
     def candidates(self, method: str) -> list[dict[str, Any]]:
         """Hyperparameter settings tried by cross-validation (the product of the grid)."""
         base = self.method_hyperparameters(method)
@@ -222,6 +303,10 @@ def _check_value(method: str, name: str, value: Any, key: str) -> None:
     default = DEFAULT_HYPERPARAMETERS[method]
     _check(name in default, key, f"unknown setting; allowed: {', '.join(sorted(default))}")
     kind = type(default[name])
+    if name in _MAY_BE_NULL and value is None:
+        return
+    if kind is type(None):
+        kind = float
     if kind is str:
         _check(isinstance(value, str), key, f"must be a string, got {value!r}")
         _choice(value, _STRING_CHOICES[name], key)

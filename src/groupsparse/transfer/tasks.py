@@ -15,7 +15,7 @@ import torch
 
 from .. import data
 from ..io import InputError
-from ..model import token_width
+from ..model import init_params, token_width
 from ..seeding import task_identity, torch_generator
 from ..specs import ConfigError, RunSpec
 from .spec import TransferSpec
@@ -141,16 +141,22 @@ def check_checkpoint(run_spec: RunSpec, tensors: dict, meta: dict, path: str | P
                 f"{path}: checkpoint has task.{key} = {stored.get(key)}, but the run spec has "
                 f"task.{key} = {want}; pass the checkpoint pretrained with this spec"
             )
-    seeds = list(meta.get("seeds", []))
-    status = list(meta.get("status", ["ok"] * len(seeds)))
+    seeds, status = meta.get("seeds"), meta.get("status")
+    if not isinstance(seeds, list) or not all(isinstance(s, int) and s >= 0 for s in seeds) or not seeds:
+        raise InputError(f"{path}: its seeds {str(seeds)[:80]} are not a list of seed numbers")
+    if not isinstance(status, list) or len(status) != len(seeds):
+        raise InputError(f"{path}: its status list {str(status)[:80]} does not give one status per seed {seeds}")
     params = {k[len("param.") :]: t for k, t in tensors.items() if k.startswith("param.")}
     m = token_width(run_spec.model, run_spec.task.d, run_spec.task.D)
-    if "v" not in params or tuple(params["v"].shape) != (len(seeds), m):
-        shape = tuple(params["v"].shape) if "v" in params else None
-        raise InputError(
-            f"{path}: parameter v has shape {shape}, expected ({len(seeds)} seeds, width {m}) "
-            "for this run spec's model and task"
-        )
+    shapes = init_params(dataclasses.replace(run_spec.model, init="zero"), 1, m, None)
+    expected = {name: (len(seeds), *t.shape[1:]) for name, t in shapes.items()}
+    for name, shape in expected.items():  # every parameter, not only v: a wrong W fails here, not in a matmul
+        got = tuple(params[name].shape) if name in params else None
+        if got != shape:
+            raise InputError(
+                f"{path}: parameter {name} has shape {got}, expected {shape} ({len(seeds)} seeds, "
+                f"token width {m}) for this run spec's model and task"
+            )
     relevant = tensors.get("task.relevant")
     if relevant is None or relevant.shape[0] != len(seeds):
         raise InputError(f"{path}: task.relevant missing or not one row per seed")

@@ -1,0 +1,221 @@
+"""The work of a job, from its spec: FLOPs, random draws, bytes, the fits a transfer job performs.
+
+Plain arithmetic on spec dicts (no coefficients); see the package docstring for the model."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..transfer.spec import DEFAULT_GRIDS, ONLINE_METHODS, TransferSpec  # torch-free
+
+# Methods with fitted coefficients of their own (measured); every other method's work is that of
+# the method it is computed like (COEFFICIENTS_OF): a fresh v (v0) costs what the pretrained start
+# costs, the probe is a logistic regression on the m features u(X) plus the model's forward pass.
+TRANSFER_METHODS = (
+    "pretrained_finetune",
+    "pretrained_frozen_W",
+    "scratch_transformer",
+    "logreg",
+    "group_lasso",
+    "mlp",
+    "std_transformer",
+)
+COEFFICIENTS_OF = {
+    "pretrained_finetune_v0": "pretrained_finetune",
+    "pretrained_frozen_W_v0": "pretrained_frozen_W",
+    "pretrained_probe": "logreg",
+}
+PAPER_SGD = ONLINE_METHODS
+DOWNSTREAM = ("transfer", "negative_control")
+DTYPE_BYTES = {"float32": 4, "float64": 8}
+N_LOG_STEPS = 40  # pretrain.N_LOG_STEPS (recording grid)
+
+# Transfer defaults mirrored from transfer/spec.py (torch-free copies; a test checks they agree).
+_NET = {"batch": 64, "epochs": 20, "min_steps": 200, "max_steps": 1000}
+DEFAULT_FIT = {
+    **{method: {"passes": 1} for method in ONLINE_METHODS},
+    "logreg": {},
+    "pretrained_probe": {},
+    "group_lasso": {},
+    "mlp": {"width": 128, "depth": 2, **_NET},
+    "std_transformer": {"width": 32, "heads": 4, "layers": 2, "ff_width": 64, **_NET},
+}
+DEFAULT_GRID_SIZE = {method: math.prod(len(v) for v in grid.values()) for method, grid in DEFAULT_GRIDS.items()}
+
+
+def record_count(steps: int, every: int, attention_checkpoints: int) -> int:
+    """Evaluations a pretraining run performs: its recording grid plus the attention checkpoints
+    (pretrain.record_steps / attention_steps, without numpy)."""
+    rec = set(range(0, steps + 1, every)) | {0, steps}
+    if steps >= 1:
+        rec |= {int(round(math.exp(math.log(steps) * i / (N_LOG_STEPS - 1)))) for i in range(N_LOG_STEPS)}
+    att = (
+        {steps}
+        if attention_checkpoints == 1
+        else (
+            {
+                int(round(math.exp(math.log(max(steps, 1)) * i / max(attention_checkpoints - 2, 1))))
+                for i in range(attention_checkpoints - 1)
+            }
+            | {0}
+        )
+    )
+    return len(rec) + len(att)
+
+
+def _token_width(model: dict, d: int, D: int) -> int:
+    return d + D if model.get("positions", "concat") == "concat" else d
+
+
+def _path(spec: dict) -> str:
+    model, pre = spec.get("model", {}), spec.get("pretrain", {})
+    paper = (model.get("positions", "concat"), model.get("attention", "merged"), model.get("layers", 1)) == (
+        "concat",
+        "merged",
+        1,
+    )
+    if not paper or pre.get("gradient", "auto") == "autograd":
+        return "autograd"
+    return "antithetic" if pre.get("sampling", "antithetic") == "antithetic" else "iid"
+
+
+def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
+    """The features of one pretraining job (a RunSpec dict, ``seeds`` seeds in the job)."""
+    t, p, model = spec["task"], spec["pretrain"], spec.get("model", {})
+    d, D = t["d"], t["D"]
+    m, L = _token_width(model, d, D), model.get("layers", 1)
+    R = record_count(p["steps"], p["record_every"], p.get("attention_checkpoints", 6))
+    per_sample = L * D * m * (m + D)
+    return {
+        "job": "pretrain",
+        "kind": t.get("kind", "synthetic"),
+        "d": d,
+        "D": D,
+        "m": m,
+        "layers": L,
+        "seeds": seeds,
+        "steps": p["steps"],
+        "batch": p["batch"],
+        "eval_size": p["eval_size"],
+        "records": R,
+        "dtype": spec.get("dtype", "float32"),
+        "path": _path(spec),
+        "flops": seeds * per_sample * (4 * p["steps"] * p["batch"] + 2 * R * p["eval_size"]),
+        "draws": seeds * p["steps"] * p["batch"] * D * d,
+        "python_steps": p["steps"] + R,
+        **_pretrain_bytes(
+            seeds,
+            threads,
+            L,
+            DTYPE_BYTES[spec.get("dtype", "float32")],
+            p["batch"],
+            p["eval_size"],
+            d,
+            D,
+            m,
+            _path(spec),
+        ),
+    }
+
+
+def _pretrain_bytes(
+    S: int, threads: int, L: int, nbytes: int, B: int, E: int, d: int, D: int, m: int, path: str
+) -> dict:
+    """Bytes alive at once: per seed the evaluation set and its features and the step's batch
+    (``persistent``), plus one step's temporaries for the seeds computed at the same time
+    (``transient``: min(S, threads) for the per-seed fast kernel, all S under autograd)."""
+    at_once = S if path == "autograd" else max(1, min(S, threads))
+    return {
+        "persistent_bytes": S * nbytes * (E * D * (m + D) + B * D * d),
+        "transient_bytes": at_once * L * nbytes * B * D * (m + D),
+    }
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One fit a transfer job performs: a method on n_train samples, predicting n_eval samples."""
+
+    method: str
+    n_train: int
+    n_eval: int
+
+
+def _net_steps(n: int, hp: dict) -> tuple[int, int]:
+    batch = min(hp["batch"], n)
+    steps = math.ceil(hp["epochs"] * n / batch)
+    return batch, max(hp["min_steps"], min(hp["max_steps"], steps))
+
+
+def fit_work(method: str, n: int, n_eval: int, seeds: int, d: int, D: int, m: int, hp: dict | None = None) -> tuple:
+    """(steps, train_work, eval_work) of one fit of ``method`` for ``seeds`` seeds at once."""
+    hp = DEFAULT_FIT[method] | (hp or {})
+    S = seeds
+    if method in PAPER_SGD:
+        per = D * m * (m + D)
+        steps = n * hp.get("passes", 1)
+        return steps, S * steps * per, S * n_eval * per
+    if method in ("logreg", "group_lasso"):
+        p = D * d
+        return S, S * n * p, S * n_eval * p
+    if method == "pretrained_probe":  # u(X) = Z S 1 by the forward pass, then a logistic regression on m features
+        forward = D * m * (m + D)
+        return S, S * n * (m + forward), S * n_eval * (m + forward)
+    batch, steps = _net_steps(n, hp)
+    if method == "mlp":
+        w, depth = hp["width"], hp["depth"]
+        per = D * d * w + (depth - 1) * w * w + w
+    else:  # std_transformer, per token: embedding, attention projections, feed-forward, attention scores
+        h, ff, layers = hp["width"], hp["ff_width"], hp["layers"]
+        per = D * (d * h + layers * (4 * h * h + 2 * h * ff + 2 * D * h))
+    return steps, S * steps * batch * per, S * n_eval * per
+
+
+def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], online: bool = True) -> list[Fit]:
+    """Every fit a transfer job performs, per downstream task: one final fit per (n, method), plus,
+    under ``selection: cv``, grid points x fitted folds on the training part of each split (the
+    transfer spec's own folds(n): k folds below cv_large_n, one holdout split from it on). An
+    online-SGD fit also scores its iterates on online_eval_size test samples (counted as evaluation;
+    ``online=False`` for jobs measured before the online error was recorded)."""
+    spec = TransferSpec.from_dict({k: v for k, v in transfer.items() if k in TransferSpec.__dataclass_fields__})
+    online = online and not transfer.get("_measured_without_online_error", False)
+    downstream = spec.downstream
+    test = spec.test_size
+    fits = []
+    for _ in downstream:
+        for n in sizes:
+            for method in methods:
+                scored = online and method in ONLINE_METHODS
+                online_n = min(n, spec.online_points) * spec.online_eval_size if scored else 0
+                k, fitted = spec.folds(n)
+                if spec.selection == "cv" and k >= 2:
+                    points = math.prod(len(v) for v in spec.method_grid(method).values())
+                    val = n // k
+                    fits += [Fit(method, n - val, val + online_n)] * (points * fitted)
+                fits.append(Fit(method, n, n + test + online_n))
+    return fits
+
+
+def describe_transfer(spec: dict, transfer: dict, methods: list[str], sizes: list[int], seeds: int) -> dict:
+    t, model = spec["task"], spec.get("model", {})
+    d, D = t["d"], t["D"]
+    m = _token_width(model, d, D)
+    test = transfer.get("test_size", 10000)
+    return {
+        "job": "transfer",
+        "d": d,
+        "D": D,
+        "m": m,
+        "seeds": seeds,
+        "methods": ",".join(methods),
+        "sizes": ",".join(map(str, sizes)),
+        "max_n": max(sizes),
+        "test_size": test,
+        "downstream": ",".join(transfer.get("downstream", DOWNSTREAM)),
+        "selection": transfer.get("selection", "fixed"),
+        "cv_folds": transfer.get("cv_folds", 3),
+        "fits": len(transfer_fits(transfer, methods, sizes)),
+        "x_bytes": seeds * (test + max(sizes)) * D * d * 8,
+        "z_bytes": seeds * (test + max(sizes)) * D * m * 8 * any(x in PAPER_SGD for x in methods),
+    }
