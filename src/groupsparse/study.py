@@ -144,13 +144,17 @@ def expand(config: dict) -> dict[str, Run]:
     scaling = config.get("scaling") or {}
     if scaling.get("enabled", False):
         base = scaling.get("task", {})
+        stray = sorted(set(scaling.get("transfer_D_grid", [])) - set(scaling["D_grid"]))
+        if stray:
+            raise ConfigError(f"scaling.transfer_D_grid: {stray} not in scaling.D_grid {scaling['D_grid']}")
         for d in scaling.get("d_grid", [base.get("d", 10)]):
             for D in scaling["D_grid"]:
                 name = f"scale_d{d}_D{D}"
+                with_transfer = D in scaling.get("transfer_D_grid", scaling["D_grid"])
                 entry = {
                     "task": base | {"d": d, "D": D},
                     "pretrain": _scaling_pretrain(config, scaling, D),
-                    "transfer": scaling.get("transfer", {"enabled": False}),
+                    "transfer": scaling.get("transfer", {"enabled": False}) if with_transfer else {"enabled": False},
                     "dtype": scaling.get("dtype"),
                 }
                 runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")

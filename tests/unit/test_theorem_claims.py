@@ -15,6 +15,7 @@ import torch
 from groupsparse.analysis.claims import analyse, batch_claims, stability_claims
 from groupsparse.analysis.scaling_laws import Settings, crossing_times, theorem_target
 from groupsparse.analysis.stats import Prediction, verdict
+from groupsparse.specs import ConfigError
 from groupsparse.study import expand
 
 from conftest import tiny_config
@@ -223,6 +224,24 @@ def test_steps_per_d3_and_the_batch_check_expand_to_runs():
     assert check.spec["task_name"] == "scale_d4_D16"  # the grid run's tasks: a paired comparison
     assert check.spec["pretrain"]["steps"] == runs["scale_d4_D16"].spec["pretrain"]["steps"]
     assert not check.methods
+
+
+def test_transfer_d_grid_limits_transfer_to_its_levels():
+    cfg = tiny_config()
+    cfg["scaling"] = {
+        "enabled": True,
+        "task": {"d": 4},
+        "d_grid": [4],
+        "D_grid": [4, 6, 8],
+        "transfer": {"enabled": True, "sizes": [8, 16], "methods": ["logreg"]},
+        "transfer_D_grid": [4, 8],
+    }
+    runs = expand(cfg)
+    assert runs["scale_d4_D4"].methods == ["logreg"] and runs["scale_d4_D8"].methods == ["logreg"]
+    assert not runs["scale_d4_D6"].methods
+    cfg["scaling"]["transfer_D_grid"] = [5]
+    with pytest.raises(ConfigError, match="transfer_D_grid"):
+        expand(cfg)
 
 
 def test_min_over_queries_is_recorded_against_a_direct_computation():
