@@ -336,7 +336,8 @@ def test_cli_writes_the_table_with_provenance(checkpoint, tmp_path):
     out = tmp_path / "t.parquet"
     assert _cli(checkpoint, out, transfer=SMALL | {"downstream": ["transfer"]}) == 0
     table = io.read_parquet(out)
-    assert len(table) == 2 * len(SEEDS) and list(table.columns) == COLUMNS
+    # the command adds the run's role and variant
+    assert len(table) == 2 * len(SEEDS) and list(table.columns) == [COLUMNS[0], "role", "variant", *COLUMNS[1:]]
     prov = io.read_provenance(out)
     assert prov["run_science_hash"] == RunSpec.from_dict(RUN).science_hash() and prov["sizes"] == [8, 16]
 
@@ -367,7 +368,7 @@ def test_cv_defaults_and_the_schema_agree():
 
     import yaml
 
-    schema = yaml.safe_load((Path(__file__).parents[1] / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load((Path(__file__).parents[2] / "workflow/schemas/config.schema.yaml").read_text())
     props = schema["$defs"]["transfer"]["properties"]
     spec = TransferSpec()
     for key, prop in props.items():

@@ -141,7 +141,7 @@ BAD_CONFIGS = {
             c["transfer"]["methods"].append("magic"),
             c["transfer"]["method_groups"]["baselines"].append("magic"),
         ),
-        ["transfer.methods", "'magic'", "allowed: pretrained_finetune, pretrained_frozen_W, "],
+        ["transfer.methods", "'magic'", "allowed: pretrained_finetune, pretrained_finetune_v0, "],
     ),
     "method_in_no_group": (
         lambda c, tmp: c["transfer"]["method_groups"]["baselines"].remove("logreg"),
