@@ -75,16 +75,6 @@ def _attention_per_query(mean_attn: torch.Tensor, relevant: torch.Tensor) -> tor
     return mean_attn.gather(1, idx).sum(1)
 
 
-def _attention_mass(mean_attn: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-    """Mean over queries of S[j*, j] (:func:`_attention_per_query`). (S,)"""
-    return _attention_per_query(mean_attn, relevant).mean(-1)
-
-
-def _attention_min(mean_attn: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-    """Minimum over queries of S[j*, j]: the theorem bounds every query (STUDY.md section 3.3). (S,)"""
-    return _attention_per_query(mean_attn, relevant).min(-1).values
-
-
 class Trainer:
     """Holds the batched state; ``run`` performs gradient descent with recording and resume."""
 

@@ -79,6 +79,10 @@ def test_a_job_over_the_cap_even_alone_is_refused_naming_the_key(tmp_path):
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("configfile", SHIPPED)
 def test_packed_slurm_jobs_stay_under_the_caps(configfile, device):
+    if configfile.endswith("scaling.yaml") and device == "cpu":
+        # 1.5 D^3 steps at D = 64 (scaling.steps_per_D3, issue 14): one seed takes over 10 h on a CPU
+        # thread, so the 600-min cap refuses it before any job, by design; the grid is a GPU study
+        pytest.skip("the full scaling grid's D = 64 runs exceed a 600-min cap on CPUs")
     config = filled(configfile, device)
     runs = expand(copy.deepcopy(config))
     cap_min, cap_mb = 600, 16000  # tighter than the defaults, so that packing has to work
