@@ -8,6 +8,7 @@ Bounded and database-free so it takes well under a minute in CI.
 from __future__ import annotations
 
 import copy
+import json
 import math
 from pathlib import Path
 
@@ -181,3 +182,19 @@ def test_the_audits_examples_are_refused_naming_the_key(mutate, key, tmp_path):
     mutate(cfg)
     outcome, message = plan_or_refuse(cfg, str(tmp_path / "r"))
     assert outcome == "refused" and key in message, message
+
+
+@pytest.mark.parametrize(
+    "configfile", ["config.yaml", "configs/tiny.yaml", "configs/paper.yaml", "configs/scaling.yaml"]
+)
+def test_every_planned_job_spec_is_accepted_by_its_job(configfile, tmp_path):
+    """What the Snakefile plans, the jobs accept: each run's spec (as the job reads it from its file)
+    passes the job's own check (a digits spec whose classes became strings was refused in the job)."""
+    from groupsparse.specs import RunSpec
+    from groupsparse.transfer.spec import TransferSpec
+
+    cfg = yaml.safe_load((REPO / configfile).read_text())
+    for run in preflight.check_study(cfg, SCHEMA, results=str(tmp_path / "r")).values():
+        RunSpec.from_dict(json.loads(run.spec_json))
+        if run.transfer is not None:
+            TransferSpec.from_dict(json.loads(run.transfer_json())["transfer"])
