@@ -1,4 +1,4 @@
-"""Group-sparse classification data (STUDY.md section 1).
+"""Group-sparse classification data (docs/STUDY.md section 1).
 
 Layout: a batch X has shape (n, D, d); X[b, j] is group j ("variable" x_j) of sample b.
 The label is y = sign(sum_k <v_k, x_{j_k}>) over the K relevant groups (K = 1 in the paper).

@@ -1,4 +1,4 @@
-"""Real-image group-sparse tasks (STUDY.md section 5): bundled digits, or CIFAR-10 from the user's files.
+"""Real-image group-sparse tasks (docs/STUDY.md section 5): bundled digits, or CIFAR-10 from the user's files.
 
 How an input is built (our choice; the paper's patch construction is not recoverable):
 

@@ -1,4 +1,4 @@
-"""The paper's one-layer transformer (STUDY.md section 2) and its section 6 variants.
+"""The paper's one-layer transformer (docs/STUDY.md section 2) and its section 6 variants.
 
 Shapes carry a leading seed axis S so several seeds train as one batched computation:
   X (S, B, D, d) data, Z (S, B, D, m) tokens z_j as rows, W (S, m, m), v (S, m).

@@ -1,4 +1,4 @@
-"""Population gradient descent for several seeds at once (STUDY.md section 3).
+"""Population gradient descent for several seeds at once (docs/STUDY.md section 3).
 
 Each seed has its own task (j*, v*), data stream and evaluation set, all drawn from
 generators seeded by the seed's identity; the seeds are stacked on a leading axis so
@@ -27,6 +27,9 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # step 0 (log 2 from the zero start): a stable run's logistic loss stays below its start, while a
 # step size far too large gives losses of order |f|, far above it, long before they overflow.
 DIVERGE_FACTOR = 10.0
+# ... for this many consecutive steps: a single spike (heavy-tailed or image batches, one bad step of
+# an oscillation that recovers) is not a divergence; a blow-up stays above the bound step after step.
+DIVERGE_PATIENCE = 5
 
 
 class DivergedError(RuntimeError):
@@ -213,7 +216,7 @@ class Trainer(Recording):
             self.params[k] = torch.where(mask, self.params[k] - eta * g, self.params[k])
 
     # -- resume ---------------------------------------------------------------------
-    def _save_resume(self, step, rows, att_rows, status, diverged_step, last_finite, initial_loss):
+    def _save_resume(self, step, rows, att_rows, status, diverged_step, last_finite, initial_loss, above):
         if not self.resume_path:
             return
         tensors = {f"param.{k}": t for k, t in self.params.items()}
@@ -230,6 +233,7 @@ class Trainer(Recording):
             "diverged_step": diverged_step,
             "last_finite_loss": last_finite,
             "initial_loss": initial_loss,
+            "steps_above_bound": above,
         }
         io.save_checkpoint(self.resume_path, tensors, meta)
 
@@ -258,6 +262,7 @@ class Trainer(Recording):
         rows, att_rows = [], []
         status, diverged_step, last_finite = ["ok"] * n, [-1] * n, [float("nan")] * n
         initial_loss: list[float] | None = None
+        above = [0] * n  # consecutive steps with the loss above DIVERGE_FACTOR x its start
         start = 0
         state = self._load_resume()
         if state is not None:
@@ -265,17 +270,20 @@ class Trainer(Recording):
             rows = [{c: row[c] for c in state["row_columns"]} for row in rows]
             status, diverged_step, last_finite = state["status"], state["diverged_step"], state["last_finite_loss"]
             initial_loss = state.get("initial_loss")
+            above = state.get("steps_above_bound", above)
         resumed_from = start
         for step in range(start, p.steps + 1):
             if self.resume_path and step > start and step % self.resume_every == 0 and step < p.steps:
-                self._save_resume(step, rows, att_rows, status, diverged_step, last_finite, initial_loss)
+                self._save_resume(step, rows, att_rows, status, diverged_step, last_finite, initial_loss, above)
             loss, grads = self.step_grads(self.draw())
             finite = torch.isfinite(loss) & torch.stack(
                 [torch.isfinite(g).flatten(1).all(1) for g in grads.values()]
             ).all(0)
             if initial_loss is None:
                 initial_loss = [float(x) for x in loss]
-            blown = loss.detach().cpu().double() > DIVERGE_FACTOR * torch.tensor(initial_loss, dtype=torch.float64)
+            high = loss.detach().cpu().double() > DIVERGE_FACTOR * torch.tensor(initial_loss, dtype=torch.float64)
+            above = [a + 1 if bool(h) else 0 for a, h in zip(above, high)]
+            blown = [a >= DIVERGE_PATIENCE for a in above]
             for i in range(n):
                 if status[i] == "ok" and (not bool(finite[i]) or bool(blown[i])):
                     status[i], diverged_step[i] = "diverged", step

@@ -77,7 +77,7 @@ def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A synthetic group-sparse task (STUDY.md section 1 and the section 6 variants)."""
+    """A synthetic group-sparse task (docs/STUDY.md section 1 and the section 6 variants)."""
 
     kind: str = "synthetic"  # synthetic (this class) | images (ImageTaskSpec)
     d: int = 10
@@ -118,7 +118,7 @@ def pool_dims(dataset: str) -> dict[int, int]:
 
 @dataclass(frozen=True)
 class ImageTaskSpec:
-    """A real-image group-sparse task (STUDY.md section 5).
+    """A real-image group-sparse task (docs/STUDY.md section 5).
 
     Each input has D slots; slot j* holds an image of one of the two ``classes`` (its class
     is the label: classes[0] -> -1, classes[1] -> +1), every other slot an image of a class

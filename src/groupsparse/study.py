@@ -159,7 +159,7 @@ def expand(config: dict) -> dict[str, Run]:
                 }
                 runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
         check = scaling.get("batch_check")
-        if check:  # the same (d, D) at other batches, pretraining only (STUDY.md section 6.4)
+        if check:  # the same (d, D) at other batches, pretraining only (docs/STUDY.md section 6.4)
             d, D = check["d"], check["D"]
             for b in check["batches"]:
                 name = f"scale_d{d}_D{D}_batch{b}"

@@ -41,7 +41,7 @@ def test_sine_positions_orthonormal_and_symmetric(D):
     assert P.shape == (D, D)
     torch.testing.assert_close(P @ P.T, torch.eye(D, dtype=torch.float64), rtol=0, atol=1e-12)
     assert torch.equal(P, P.T)
-    k, j = D - 1, D // 2  # one entry against STUDY.md's formula
+    k, j = D - 1, D // 2  # one entry against docs/STUDY.md's formula
     assert P[k, j].item() == pytest.approx(math.sqrt(2 / (D + 1)) * math.sin(math.pi * (k + 1) * (j + 1) / (D + 1)))
 
 

@@ -1,4 +1,4 @@
-"""Ablations (STUDY.md section 4): each variant's final metrics and transfer accuracy beside the baseline."""
+"""Ablations (docs/STUDY.md section 4): each variant's final metrics and transfer accuracy beside the baseline."""
 
 from __future__ import annotations
 

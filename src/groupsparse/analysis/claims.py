@@ -1,4 +1,4 @@
-"""The claims table (STUDY.md section 6): each claim of the theory, its measurement and its verdict.
+"""The claims table (docs/STUDY.md section 6): each claim of the theory, its measurement and its verdict.
 
 Verdicts come from :func:`.stats.verdict`, never from hand; :func:`analyse` runs every analysis.
 """

@@ -1,4 +1,4 @@
-"""Attention concentration at steps kappa D^3 (STUDY.md section 3.4, test 2): exponential vs power law.
+"""Attention concentration at steps kappa D^3 (docs/STUDY.md section 3.4, test 2): exponential vs power law.
 
 1 - min over queries of S[j*, j] at steps kappa D^3, fitted against D (the theorem's exp(-Theta(D)))
 and against log D (a power law) through the same level statistics, compared by their residual sums

@@ -1,4 +1,4 @@
-"""One claims-table row (STUDY.md section 7): the claim, the theory's prediction, the measurement and its verdict."""
+"""One claims-table row (docs/STUDY.md section 7): the claim, its prediction, the measurement, its verdict."""
 
 from __future__ import annotations
 

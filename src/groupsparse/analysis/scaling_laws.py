@@ -1,4 +1,4 @@
-"""Scaling laws (STUDY.md sections 3 and 4): convergence time, attention concentration, sample complexity.
+"""Scaling laws (docs/STUDY.md sections 3 and 4): convergence time, attention concentration, sample complexity.
 
 * convergence time: the first step at which a seed's minimum over queries of S[j*, j] reaches
   the theorem's target 1 - exp(-c D) (one-sided claim: at most D^3), and, descriptive only, its

@@ -1,4 +1,4 @@
-"""The study's statistics, in one place (STUDY.md section 6): the interval, n*, fits, the verdict rule.
+"""The study's statistics, in one place (docs/STUDY.md section 6): the interval, n*, fits, the verdict rule.
 
 One interval method for every table and figure: **the estimate -+ Student's t quantile x its
 standard error** at :data:`CONFIDENCE`.

@@ -1,4 +1,4 @@
-"""Claims on the theorem's own terms beyond the fits (STUDY.md sections 3.4 and 6.4): exponential vs
+"""Claims on the theorem's own terms beyond the fits (docs/STUDY.md sections 3.4 and 6.4): exponential vs
 power-law concentration, batch as a measured factor, stability of the symmetric solution."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ BATCH_TOLERANCE = 0.2  # log steps: a batch effect's interval no wider than +-10
 
 
 def batch_claims(crossings: pd.DataFrame) -> list[dict]:
-    """Batch as a measured factor (STUDY.md section 6.4): the batch check's runs against the grid's.
+    """Batch as a measured factor (docs/STUDY.md section 6.4): the batch check's runs against the grid's.
 
     For each (d, D) with runs at several batches (variant batch<b> beside the grid's own run), per
     target (the theorem's c and the fixed thresholds): log(steps at batch b / steps at the grid's
@@ -145,7 +145,7 @@ STABILITY_WINDOWS = {"early": (0.0, 1 / 3), "late": (0.5, 1.0)}
 
 
 def stability_claims(traj: pd.DataFrame) -> list[dict]:
-    """Is the theorem's solution (v2 = 0, W_fp = W_pf = 0) stable? (STUDY.md section 6.4)
+    """Is the theorem's solution (v2 = 0, W_fp = W_pf = 0) stable? (docs/STUDY.md section 6.4)
 
     For each ablation run that leaves the symmetric subspace at all (|v2| > 0 somewhere: a random
     start, i.i.d. batches, autograd rounding...), the growth rate per 1000 steps of the relative

@@ -34,7 +34,7 @@ def run(args) -> int:
     if args.device:
         spec = RunSpec.from_dict(spec.to_dict() | {"device": args.device})
     from .. import io
-    from ..pretrain import DIVERGE_FACTOR, Trainer, checkpoint_payload
+    from ..pretrain import DIVERGE_FACTOR, DIVERGE_PATIENCE, Trainer, checkpoint_payload
     from ..progress import Progress
 
     set_threads(args.threads)
@@ -61,13 +61,14 @@ def run(args) -> int:
     for table in (res.trajectory, res.attention):  # the run's role and varied settings, as columns
         table.insert(1, "role", spec.role)
         table.insert(2, "variant", spec.variant)
-    res.trajectory["batch"] = spec.pretrain.batch  # a measured factor of the times (STUDY.md section 6.4)
+    res.trajectory["batch"] = spec.pretrain.batch  # a measured factor of the times (docs/STUDY.md section 6.4)
     io.write_parquet(res.trajectory, args.trajectory, prov)
     io.write_parquet(res.attention, args.attention, prov)
     diverged = [(s, st) for s, st in zip(args.seeds, res.diverged_step) if st >= 0]
     if diverged and spec.pretrain.on_diverge == "fail":
         print(
-            f"groupsparse pretrain: diverged (loss non-finite or above {DIVERGE_FACTOR:g}x its start) "
+            f"groupsparse pretrain: diverged (loss non-finite, or above {DIVERGE_FACTOR:g}x its start for "
+            f"{DIVERGE_PATIENCE} steps in a row) "
             f"at (seed, step): {diverged}; "
             f"lower pretrain.eta (now {spec.pretrain.eta}) or set pretrain.on_diverge: record",
             file=sys.stderr,

@@ -84,7 +84,7 @@ def run(args) -> int:
         args.methods,
         args.sizes,
         device=device,
-        progress=lambda msg: print("  " + msg, flush=True),
+        progress=progress_printer(len(spec.downstream) * len(args.methods) * sum(args.sizes)),
     )
     prov = io.provenance(
         transfer_hash(run_spec, spec),
@@ -112,3 +112,22 @@ def run(args) -> int:
         flush=True,
     )
     return 0
+
+
+def progress_printer(total: int):
+    """Print each fit's line, and a progress line with the time left counted in sample-fits (the
+    work of a fit grows with its n): `progress: 1200/8000 sample-fits (15%), ... left`."""
+    import re
+
+    from ..progress import Progress
+
+    bar, done = Progress(total, "sample-fits"), [0]
+
+    def say(msg: str) -> None:
+        print("  " + msg, flush=True)
+        fitted = re.search(r" n=(\d+) ", msg)
+        if fitted:
+            done[0] += int(fitted.group(1))
+            bar.update(done[0])
+
+    return say

@@ -1,4 +1,4 @@
-"""Transfer of pretrained transformers to downstream tasks, against baselines (STUDY.md section 4).
+"""Transfer of pretrained transformers to downstream tasks, against baselines (docs/STUDY.md section 4).
 
 This package's top level is torch-free (the Snakefile imports ``spec`` at parse time);
 ``tasks``, ``methods`` and ``runner`` import torch and scikit-learn.

@@ -1,4 +1,4 @@
-"""Validated settings of the transfer comparison (STUDY.md section 4).
+"""Validated settings of the transfer comparison (docs/STUDY.md section 4).
 
 Pure Python (no torch): the Snakefile validates ``transfer:`` at parse time. Sample sizes
 and methods are not part of the spec: they are the job's grid (CLI ``--sizes``,
