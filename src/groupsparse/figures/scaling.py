@@ -7,6 +7,7 @@ title which configuration it is about.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +124,8 @@ def fit_panel(
     ax.set_xlabel(x_label or rec.x_name)
     ax.set_ylabel(y_label or rec.y_name)
     blocker = f.blocker()
-    ax.set_title(_title(rec) + (f"\n(inconclusive: {blocker})" if blocker and rec.claim else ""), fontsize=9)
+    why = textwrap.shorten(f"inconclusive: {blocker}", 70, placeholder="...") if blocker and rec.claim else ""
+    ax.set_title(_title(rec) + (f"\n({why})" if why else ""), fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
 
@@ -132,7 +134,8 @@ def _title(rec: FitRecord) -> str:
     g = {k: v for k, v in rec.group.items() if k not in ("quantity", "threshold", "at")}
     cfg = ", ".join(f"{k}={v}" for k, v in g.items())
     seeds = sorted(set(int(k) for k in rec.fit.seeds))
-    return f"{rec.label}; {cfg}\nlevels {'; '.join(rec.fit.names)}; seeds/level {seeds}"
+    # the levels are the points on the panel: count them, do not list them (long lists ran into the next panel)
+    return f"{rec.label}; {cfg}\n{len(rec.fit.names)} levels; seeds/level {seeds}"
 
 
 def convergence_figure(records: list[FitRecord]):
