@@ -383,11 +383,11 @@ def test_cuda_jobs_ask_for_exactly_one_gpu_grouped_or_not(slurm_cluster):  # noq
     assert grouped[0]["mem_mb"] == max(r["mem_mb"] for r in single)
     assert grouped[0]["cpus"] == max(r["cpus"] for r in single)
     # the pool is per Slurm job (scope local), not a limit on Slurm jobs at once: the scheduler
-    # starts the default study's 5 GPU jobs in one round
+    # starts all of the default study's GPU jobs (several Slurm jobs) in one round
     first = len(OUTPUTS)
     default = captured(Path("config.yaml"), "cuda")
-    assert len(default) == 5 and all(r["gpus"] == 1 for r in default), default
-    assert re.search(r"^Execute 5 jobs\.\.\.$", OUTPUTS[first], re.M), OUTPUTS[first][-3000:]
+    assert len(default) > 1 and all(r["gpus"] == 1 for r in default), default
+    assert re.search(rf"^Execute {len(default)} jobs\.\.\.$", OUTPUTS[first], re.M), OUTPUTS[first][-3000:]
 
 
 def test_runtime_cap_splits_slurm_jobs(slurm_cluster, tmp_path):  # noqa: F811
