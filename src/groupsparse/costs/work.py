@@ -48,9 +48,12 @@ DEFAULT_GRID_SIZE = {method: math.prod(len(v) for v in grid.values()) for method
 def record_count(steps: int, every: int, attention_checkpoints: int) -> int:
     """Evaluations a pretraining run performs: its recording grid plus the attention checkpoints
     (pretrain.record_steps / attention_steps, without numpy)."""
-    rec = set(range(0, steps + 1, every)) | {0, steps}
+    # counted, not listed: a config with 10^12 steps must not fill memory at parse time
+    regular = steps // every + 1  # 0, every, 2 every, ...
+    extra = {steps} if steps % every else set()
     if steps >= 1:
-        rec |= {int(round(math.exp(math.log(steps) * i / (N_LOG_STEPS - 1)))) for i in range(N_LOG_STEPS)}
+        extra |= {int(round(math.exp(math.log(steps) * i / (N_LOG_STEPS - 1)))) for i in range(N_LOG_STEPS)}
+    extra = {x for x in extra if x % every}  # those not already on the regular grid
     att = (
         {steps}
         if attention_checkpoints == 1
@@ -62,7 +65,7 @@ def record_count(steps: int, every: int, attention_checkpoints: int) -> int:
             | {0}
         )
     )
-    return len(rec) + len(att)
+    return regular + len(extra) + len(att)
 
 
 def _token_width(model: dict, d: int, D: int) -> int:
