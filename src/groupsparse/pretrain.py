@@ -263,6 +263,7 @@ class Trainer(Recording):
         status, diverged_step, last_finite = ["ok"] * n, [-1] * n, [float("nan")] * n
         initial_loss: list[float] | None = None
         above = [0] * n  # consecutive steps with the loss above DIVERGE_FACTOR x its start
+        bound: torch.Tensor | None = None
         start = 0
         state = self._load_resume()
         if state is not None:
@@ -281,7 +282,9 @@ class Trainer(Recording):
             ).all(0)
             if initial_loss is None:
                 initial_loss = [float(x) for x in loss]
-            high = loss.detach().cpu().double() > DIVERGE_FACTOR * torch.tensor(initial_loss, dtype=torch.float64)
+            if bound is None:  # once per run (or resume), not per step
+                bound = DIVERGE_FACTOR * torch.tensor(initial_loss, dtype=torch.float64)
+            high = loss.detach().cpu().double() > bound
             above = [a + 1 if bool(h) else 0 for a, h in zip(above, high)]
             blown = [a >= DIVERGE_PATIENCE for a in above]
             for i in range(n):
