@@ -17,7 +17,7 @@ from . import io
 BEGIN, END = "<!-- RESULTS:BEGIN -->", "<!-- RESULTS:END -->"
 RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters", "transfer_accuracy")
 IMAGE_RUN_FIGURES = ("image_attention", "image_examples", "transfer_accuracy")
-SCALING_FIGURES = ("convergence_time", "attention_concentration", "sample_complexity", "ablations")
+SCALING_FIGURES = ("convergence_time", "attention_concentration", "sample_complexity", "online_error", "ablations")
 
 
 def _fmt(x, digits=3) -> str:
@@ -143,6 +143,52 @@ def _n_cell(g, target: float) -> str:
     return f"{_n_count(r['n_needed'])} [{_n_count(r['ci_low'])}, {_n_count(r['ci_high'])}]"
 
 
+def grid_section(tables: Path, target: float = 0.9) -> str:
+    """The (d, D) grid: n* at ``target`` per method and grid point, then the joint fits n* ~ d^a D^b."""
+    sc_path, fits_path = tables / "sample_complexity.parquet", tables / "scaling_fits.parquet"
+    if not sc_path.exists() or not fits_path.exists():
+        return ""
+    sc = io.read_parquet(sc_path)
+    sc = sc[(sc["role"] == "scaling") & (sc["downstream"] == "transfer") & (sc["target_accuracy"] == target)]
+    if sc.empty:
+        return ""
+    points = sc[["d", "D"]].drop_duplicates().sort_values(["d", "D"]).to_numpy().tolist()
+    rows = []
+    for method, g in sc.groupby("method", sort=False):
+        cells = {(d, D): h.set_index("target_accuracy") for (d, D), h in g.groupby(["d", "D"])}
+        rows.append([method] + [_n_cell(cells[p], target) if p in cells else "–" for p in map(tuple, points)])
+    out = [
+        f"*Scaling grid: samples needed for {target:.0%} test accuracy per (d, D) (seed-mean curve, n up to "
+        f"{sc['max_n_on_grid'].max():.0f}; '> grid' = not reached) [95% interval]*\n\n"
+        + _table(["method"] + [f"d={d}, D={D}" for d, D in points], rows)
+    ]
+    fits = io.read_parquet(fits_path)
+    if "coefficient" in fits:
+        joint = fits[(fits["analysis"] == "sample_complexity") & (fits["threshold"] == target)]
+        rows = []
+        for (method, form), g in joint.groupby(["method", "law"], sort=False):
+            g = g.set_index("coefficient")
+            cell = lambda k, g=g: f"{g.loc[k, 'slope']:.2f} [{g.loc[k, 'low']:.2f}, {g.loc[k, 'high']:.2f}]"
+            bound = g.loc["a + b", "one_sided_low"]
+            rows.append(
+                [
+                    method,
+                    form,
+                    cell("log d"),
+                    cell("log D"),
+                    cell("a + b"),
+                    _fmt(float(bound), 2),
+                    g["blocker"].iloc[0] or "–",
+                ]
+            )
+        out.append(
+            f"*Joint fit log n\\* = c + a log d + b log D at {target:.0%} (n\\*/log^2 n\\*: the bound's own form); "
+            "d + D has a + b = 1, d D has a = b = 1 [95% interval; one-sided 95% lower bound of a + b]*\n\n"
+            + _table(["method", "y", "a (d)", "b (D)", "a + b", "a + b >=", "cannot decide because"], rows)
+        )
+    return "\n\n".join(out)
+
+
 def claims_section(tables: Path) -> str:
     path = tables / "claims.parquet"
     if not path.exists():
@@ -222,6 +268,9 @@ def write_snapshot(results: Path, docs: Path, readme: Path, wall_seconds: float 
             section = transfer_section(tables, run_name)
             if section:
                 parts += [f"### Transfer: {run_name}", "", section, ""]
+    grid = grid_section(tables)
+    if grid:
+        parts += ["### Sample complexity over the (d, D) grid", "", grid, ""]
     claims = claims_section(tables)
     if claims:
         parts += ["### Claims (verdicts by the rule in `groupsparse.analysis.stats`)", "", claims, ""]

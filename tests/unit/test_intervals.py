@@ -80,3 +80,62 @@ def test_interval_of_one_seed_or_none_is_nan_and_clipping_keeps_nan():
     assert math.isnan(mean_interval([0.5])[1]) and mean_interval([0.5])[0] == 0.5
     assert all(math.isnan(v) for v in mean_interval([]))
     assert all(math.isnan(v) for v in clip_interval(math.nan, math.nan, UNIT))
+
+
+# -- fits: a plane over the (d, D) grid, and levels that share seeds -----------------------------
+
+GRID = [(d, D) for d in (5, 10, 20) for D in (4, 8, 16)]
+
+
+def plane_coverage(seeds: int, reps: int = 600) -> np.ndarray:
+    """Coverage of a, b and a + b in log y = c + a log d + b log D (normal seed noise, 3 x 3 grid)."""
+    from groupsparse.analysis.fits import fit_design, mean_stat
+
+    rng = np.random.default_rng([seeds, 9])
+    X = np.array([[1.0, math.log(d), math.log(D)] for d, D in GRID])
+    truth = np.array([0.5, 0.7, 0.4])
+    hits = np.zeros(3)
+    for _ in range(reps):
+        stats = [mean_stat(x @ truth + rng.normal(0, 0.3, seeds)) for x in X]
+        fit = fit_design(X, stats, [seeds] * len(GRID), n_boot=300, rng=rng, coefficient_names=("c", "a", "b"))
+        coefs = (fit.coefficient("a"), fit.coefficient("b"), fit.combine("a + b", {"a": 1, "b": 1}))
+        hits += [c.low <= t <= c.high for c, t in zip(coefs, (0.7, 0.4, 1.1))]
+    return hits / reps
+
+
+def clustered_coverage(seeds: int, reps: int = 600) -> np.ndarray:
+    """Coverage of alpha and beta in log err = c + alpha log n + beta log(d + D), where the sizes n
+    of one grid point share a per-seed effect (one pretrained checkpoint): resampled together."""
+    from groupsparse.analysis.fits import fit_design, mean_stat
+
+    rng = np.random.default_rng([seeds, 15])
+    sizes = (8, 32, 128, 512, 2048)
+    levels = [(d, D, n) for d, D in GRID for n in sizes]
+    X = np.array([[1.0, math.log(n), math.log(d + D)] for d, D, n in levels])
+    truth = np.array([0.1, -0.5, 0.8])
+    hits = np.zeros(2)
+    for _ in range(reps):
+        stats = []
+        for d, D in GRID:
+            shared = rng.normal(0, 0.3, seeds)
+            for n in sizes:
+                x = np.array([1.0, math.log(n), math.log(d + D)])
+                stats.append(mean_stat(x @ truth + shared + rng.normal(0, 0.1, seeds)))
+        clusters = [(d, D) for d, D, _ in levels]
+        fit = fit_design(
+            X, stats, [seeds] * len(levels), n_boot=300, rng=rng, coefficient_names=("c", "n", "dD"), clusters=clusters
+        )
+        hits += [fit.coefficient(k).low <= t <= fit.coefficient(k).high for k, t in (("n", -0.5), ("dD", 0.8))]
+    return hits / reps
+
+
+@pytest.mark.parametrize("seeds", [3, 5])
+def test_plane_coefficients_cover(seeds):
+    cov = plane_coverage(seeds)
+    assert np.all((cov >= 0.92) & (cov <= 0.99)), cov
+
+
+@pytest.mark.parametrize("seeds", [3, 5])
+def test_clustered_levels_cover(seeds):
+    cov = clustered_coverage(seeds)
+    assert np.all((cov >= 0.92) & (cov <= 0.99)), cov

@@ -156,6 +156,18 @@ def test_same_seeds_identical_tables_and_a_split_grid_changes_nothing(checkpoint
     assert (whole["status"] == "ok").all()
 
 
+def test_control_methods_limit_the_negative_control_and_change_no_other_row(checkpoint):
+    methods = ["pretrained_frozen_W", "logreg", "mlp"]
+    every = _run(checkpoint, methods, [32])
+    limited = _run(checkpoint, methods, [32], control_methods=["pretrained_frozen_W", "logreg"])
+    control = limited[limited["downstream"] == "negative_control"]
+    assert set(control["method"]) == {"pretrained_frozen_W", "logreg"}
+    kept = every[(every["downstream"] == "transfer") | (every["method"] != "mlp")]
+    pd.testing.assert_frame_equal(_comparable(kept), _comparable(limited))
+    with pytest.raises(ConfigError, match="control_methods"):
+        TransferSpec.from_dict({"control_methods": ["ridge"]})
+
+
 def test_downstream_tasks_share_the_pattern_and_change_the_direction():
     spec = RunSpec.from_dict(RUN)
     for seed in SEEDS:

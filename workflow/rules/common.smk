@@ -268,6 +268,7 @@ SCALING_FIGURES = [
     "convergence_time",
     "attention_concentration",
     "sample_complexity",
+    "online_error",
     "ablations",
 ]
 SCALING_TABLES = [

@@ -6,13 +6,14 @@ Verdicts come from :func:`.stats.verdict`, never from hand; :func:`analyse` runs
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from .ablations import ablation_table
 from .concentration import concentration_fits
+from .fits import mean_curve_crossing
 from .inputs import (
     BASELINE_METHOD,
     PRETRAINED_METHOD,
@@ -27,12 +28,12 @@ from .inputs import (
     without_role,
 )
 from .rows import _claim
+from .sample_complexity import JointRecord, n_star_fits, online_error_fits
 from .scaling_laws import (
     FitRecord,
     Settings,
     convergence_time_fits,
     crossing_times,
-    sample_complexity_fits,
 )
 from .stats import (
     CONFIDENCE,
@@ -41,7 +42,6 @@ from .stats import (
     Prediction,
     bootstrap_generator,
     fmt_values,
-    mean_curve_crossing,
     mean_interval,
     one_sided_low,
     t_interval,
@@ -209,9 +209,10 @@ class Analysis:
     claims: pd.DataFrame
     ablations: pd.DataFrame
     crossings: pd.DataFrame
+    joint: list[JointRecord] = field(default_factory=list)  # joint fits over the (d, D) grid
 
     def fits_table(self) -> pd.DataFrame:
-        return pd.DataFrame([r.row() for r in self.fits])
+        return pd.DataFrame([r.row() for r in self.fits] + [row for r in self.joint for row in r.rows()])
 
     def points_table(self) -> pd.DataFrame:
         cols = [
@@ -238,7 +239,7 @@ class Analysis:
                 y_name=r.y_name,
                 group=", ".join(f"{k}={v}" for k, v in r.group.items()),
             )[cols]
-            for r in self.fits
+            for r in [*self.fits, *self.joint]
         ]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
@@ -271,17 +272,18 @@ def analyse(traj: pd.DataFrame, transfer: pd.DataFrame | None, s: Settings | Non
     transfer = transfer if transfer is not None else pd.DataFrame(columns=TRANSFER_COLUMNS)
     scaled = with_role(traj, "scaling")
     crossings = crossing_times(scaled, s.thresholds, s.loss_target, s.target_c) if len(scaled) else pd.DataFrame()
-    records = (
-        (convergence_time_fits(crossings, s) if len(crossings) else [])
-        + (concentration_fits(scaled, s) if len(scaled) else [])
-        + sample_complexity_fits(transfer, s)
+    records = (convergence_time_fits(crossings, s) if len(crossings) else []) + (
+        concentration_fits(scaled, s) if len(scaled) else []
     )
+    joint = n_star_fits(transfer, s) + online_error_fits(transfer, s)
     claims = (
         fit_claims(records)
         + concentration_claims(records)
         + batch_claims(crossings)
         + stability_claims(traj)
         + final_state_claims(traj, s)
+        + [row for r in joint for row in r.claims()]
         + sample_gap_claims(transfer, s)
     )
-    return Analysis(records, pd.DataFrame(claims, columns=CLAIM_COLUMNS), ablation_table(traj, transfer, s), crossings)
+    table = pd.DataFrame(claims, columns=CLAIM_COLUMNS)
+    return Analysis(records, table, ablation_table(traj, transfer, s), crossings, joint)

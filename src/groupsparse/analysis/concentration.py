@@ -12,8 +12,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from .fits import Fit, _ols, fit_levels, mean_stat
 from .scaling_laws import ATTENTION_RESOLUTION, MIN_ATTENTION, FitRecord, Settings, grid_rows
-from .stats import Fit, _ols, bootstrap_generator, fit_levels, mean_stat, t_interval
+from .stats import bootstrap_generator, t_interval
 
 
 def rss(fit: Fit) -> float:

@@ -51,4 +51,4 @@ def _pred_text(pred: Prediction | None) -> str:
     if pred.kind == "equal":
         width = f" (interval at most {pred.tolerance:g} wide)" if math.isfinite(pred.tolerance) else ""
         return f"= {pred.value:g}{width}"
-    return f"{'>' if pred.kind == 'greater' else '<'} {pred.value:g}"
+    return f"{ {'greater': '>', 'less': '<', 'at_most': '<='}[pred.kind] } {pred.value:g}"

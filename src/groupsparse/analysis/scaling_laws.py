@@ -3,8 +3,7 @@
 * convergence time: the first step at which a seed's minimum over queries of S[j*, j] reaches
   the theorem's target 1 - exp(-c D) (one-sided claim: at most D^3), and, descriptive only, its
   mean attention reaches 0.5 / 0.9 / 0.99 or its eval loss falls under a target; log T on log D;
-* sample complexity: the smallest n at which a method's seed-mean test accuracy reaches a
-  target, fitted as log n* against log(d + D) and log(d * D);
+* sample complexity: in :mod:`.sample_complexity`;
 * attention concentration: log(1 - min attention) at steps kappa D^3, exponential law (against D)
   vs power law (against log D);
 * batch as a measured factor, and the stability of the symmetric solution (:mod:`.claims`).
@@ -12,7 +11,7 @@
 Censored data are kept, not dropped: a seed that never reaches a threshold is recorded with
 its last step as a lower bound and ``censored = True``; a fit level with censored data is left
 out of that fit and the fit's verdict becomes "inconclusive" (leaving it out would bias the
-slope, putting the bound in would too). The statistics live in :mod:`.stats`.
+slope, putting the bound in would too). The statistics live in :mod:`.stats`, the fits in :mod:`.fits`.
 """
 
 from __future__ import annotations
@@ -23,29 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .fits import Fit, fit_levels, mean_stat
 from .inputs import (
     BASELINE_METHOD,
     PRETRAINED_METHOD,
-    PRETRAINED_METHODS,
     TRAJECTORY_COLUMNS,
     check_columns,
-    downstreams,
-    transfer_curves,
-    with_role,
 )
-from .stats import (
-    CONFIDENCE,
-    EXPONENT_TOLERANCE,
-    Fit,
-    Prediction,
-    bootstrap_generator,
-    curve_crossing_stat,
-    first_crossing,
-    fit_levels,
-    fmt_values,
-    mean_stat,
-    one_sided_low,
-)
+from .stats import CONFIDENCE, Prediction, bootstrap_generator, first_crossing, fmt_values, one_sided_low
 
 ATTENTION_RESOLUTION = 1e-6  # 1 - mass below this is under float32 resolution: censored
 
@@ -157,6 +141,7 @@ class FitRecord:
             "analysis": self.analysis,
             "label": self.label,
             **{k: self.group.get(k) for k in GROUP_KEYS},
+            "coefficient": "slope",
             "x": self.x_name,
             "y": self.y_name,
             "slope": f.slope,
@@ -261,71 +246,4 @@ def convergence_time_fits(crossings: pd.DataFrame, s: Settings) -> list[FitRecor
                 descriptive=not is_theorem,
             )
         )
-    return records
-
-
-REGRESSORS = {"d+D": lambda d, D: d + D, "d*D": lambda d, D: d * D}
-EXPECTED_REGRESSOR = {m: "d+D" for m in PRETRAINED_METHODS} | {BASELINE_METHOD: "d*D"}
-
-
-def sample_complexity_fits(transfer: pd.DataFrame, s: Settings) -> list[FitRecord]:
-    """log n* against log(d + D) and log(d * D), per downstream, method and target accuracy."""
-    scaled = with_role(transfer, "scaling")
-    records = []
-    configs = scaled[["run", "d", "D"]].drop_duplicates().sort_values(["d", "D"]).to_numpy().tolist()
-    for downstream in downstreams(transfer, s.downstream) if len(scaled) else []:
-        for method in s.methods:
-            for target in s.accuracy_targets:
-                for reg, fn in REGRESSORS.items():
-                    stats, seeds, xs, pts, names = [], [], [], [], []
-                    for run, d, D in configs:
-                        grid, seed_ids, curves = transfer_curves(scaled, run, downstream, method)
-                        if not seed_ids.size:
-                            continue
-                        stat = curve_crossing_stat(grid, curves, target)
-                        stats.append(stat)
-                        seeds.append(seed_ids.size)
-                        xs.append(math.log(fn(d, D)))
-                        names.append(f"d={d}, D={D}")
-                        v, c = stat(np.arange(seed_ids.size)[None])
-                        pts.append(
-                            {
-                                "level": f"d={d}, D={D}",
-                                "d": d,
-                                "D": D,
-                                "x": xs[-1],
-                                "y": float(v[0]),
-                                "censored": bool(c[0]),
-                                "seed": -1,
-                                "reason": f"never reached within n <= {grid.max():g}" if c[0] else "",
-                            }
-                        )
-                    if not stats:
-                        continue
-                    rng = bootstrap_generator(s.study_seed, "sample_complexity", downstream, method, float(target), reg)
-                    fit = fit_levels(np.asarray(xs), stats, seeds, n_boot=s.n_boot, rng=rng, names=names)
-                    expected = EXPECTED_REGRESSOR.get(method) == reg
-                    theory = (
-                        "test error O((d + D) log^2 n / n): n* ~ d + D (slope 1, a little under from log^2 n)"
-                        if method in PRETRAINED_METHODS
-                        else "vectorised logistic regression needs n* ~ d D"
-                    )
-                    records.append(
-                        FitRecord(
-                            "sample_complexity",
-                            f"accuracy >= {target:g}",
-                            {"method": method, "downstream": downstream, "threshold": float(target)},
-                            f"log({reg})",
-                            "log n*",
-                            fit,
-                            pd.DataFrame(pts),
-                            Prediction("equal", 1.0, EXPONENT_TOLERANCE) if expected else None,
-                            claim=(
-                                f"{method}: samples for accuracy {target:g} grow like {reg} (downstream {downstream})"
-                                if expected
-                                else ""
-                            ),
-                            theory=theory,
-                        )
-                    )
     return records

@@ -17,6 +17,8 @@ standard error** at :data:`CONFIDENCE`.
 * Intervals of bounded metrics (attention mass and accuracy in [0, 1], a cosine in [-1, 1], a
   loss or a norm >= 0) are clipped to the metric's range (:data:`METRIC_RANGES`).
 
+Fits (lines and planes through level statistics, bootstrap over seeds) live in :mod:`.fits`.
+
 Censoring: n* (steps or samples until a target) comes from :func:`first_crossing` alone; a curve
 never reaching it gives its last x as a lower bound, ``reached = False``. Bootstraps are seeded by
 the analysis' identity, so reruns are identical.
@@ -25,9 +27,7 @@ the analysis' identity, so reruns are identical.
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as sps
@@ -263,156 +263,5 @@ def n_star(x, y, target: float) -> float:
     return float(xs[0]) if reached[0] else math.inf
 
 
-# -- fits with bootstrap intervals over seeds ------------------------------------------------
-
-# A level statistic maps resampled seed indices (B, k) to (values (B,), censored (B,)).
-LevelStat = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-
-
-@dataclass
-class Fit:
-    """y = intercept + slope * x over levels; y is a statistic of each level's seeds."""
-
-    x: np.ndarray  # level x values (all levels)
-    y: np.ndarray  # level statistics (NaN where censored)
-    censored: np.ndarray  # level statistic censored (excluded from the fit)
-    seeds: np.ndarray  # seeds per level
-    names: list[str] = field(default_factory=list)  # level names for messages ("D=16", "d=10, D=8")
-    slope: float = math.nan
-    intercept: float = math.nan
-    low: float = math.nan
-    high: float = math.nan
-    r2: float = math.nan
-    valid_fraction: float = math.nan
-    dof: float = math.nan  # degrees of freedom of the slope's interval
-    boot_slope: np.ndarray = field(default_factory=lambda: np.empty(0))
-    boot_intercept: np.ndarray = field(default_factory=lambda: np.empty(0))
-    boot_y: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))  # usable resamples x used levels
-
-    @property
-    def used(self) -> np.ndarray:
-        return ~self.censored & np.isfinite(self.y)
-
-    @property
-    def n_levels(self) -> int:
-        return int(np.unique(self.x[self.used]).size)
-
-    def local_slopes(self) -> list[float]:
-        """Slopes between consecutive levels: a drifting sequence means the data are not yet a power law."""
-        xs, ys = self.x[self.used], self.y[self.used]
-        order = np.argsort(xs)
-        xs, ys = xs[order], ys[order]
-        return [float((ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])) for i in range(xs.size - 1) if xs[i + 1] > xs[i]]
-
-    def blocker(self) -> str:
-        """Why this fit cannot decide a claim ('' if it can), by :data:`VERDICT_RULE`."""
-        if self.censored.any():
-            where = [n for n, c in zip(self.names, self.censored) if c] if self.names else list(self.x[self.censored])
-            return f"{int(self.censored.sum())} level(s) censored ({'; '.join(map(str, where))})"
-        if self.n_levels < MIN_LEVELS:
-            return f"only {self.n_levels} level(s) with data, need {MIN_LEVELS}"
-        if self.seeds[self.used].min() < MIN_SEEDS:
-            return f"a level has {int(self.seeds[self.used].min())} seed(s), need {MIN_SEEDS}"
-        if not self.valid_fraction >= MIN_VALID_BOOTSTRAP:
-            return f"only {self.valid_fraction:.0%} of bootstrap resamples usable (censored resamples)"
-        return ""
-
-
 def fmt_values(values) -> str:
     return ", ".join(f"{v:g}" for v in np.asarray(values, dtype=float))
-
-
-def _ols(x: np.ndarray, Y: np.ndarray):
-    """Slopes and intercepts of each row of Y against x."""
-    xc = x - x.mean()
-    slope = (Y - Y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
-    return slope, Y.mean(axis=1) - slope * x.mean()
-
-
-def fit_levels(
-    x: np.ndarray,
-    stats: list[LevelStat],
-    n_seeds: list[int],
-    *,
-    n_boot: int,
-    rng: np.random.Generator,
-    names: list[str] | None = None,
-) -> Fit:
-    """Least-squares line through the levels' statistics, with a bootstrap over seeds within levels."""
-    x = np.asarray(x, dtype=float)
-    seeds = np.asarray(n_seeds, dtype=int)
-    y = np.full(x.size, np.nan)
-    cens = np.zeros(x.size, dtype=bool)
-    for i, (stat, k) in enumerate(zip(stats, seeds)):
-        val, c = stat(np.arange(k)[None])
-        y[i], cens[i] = (np.nan if c[0] else val[0]), bool(c[0])
-    fit = Fit(x, y, cens, seeds, list(names or []))
-    used = fit.used
-    if np.unique(x[used]).size < 2:
-        return fit
-    xs, ys = x[used], y[used]
-    fit.slope, fit.intercept = (float(v[0]) for v in _ols(xs, ys[None]))
-    resid = ys - (fit.intercept + fit.slope * xs)
-    total = ((ys - ys.mean()) ** 2).sum()
-    fit.r2 = float(1 - (resid**2).sum() / total) if total > 0 else math.nan
-    Yb = np.empty((n_boot, used.sum()))
-    bad = np.zeros(n_boot, dtype=bool)
-    for col, i in enumerate(np.flatnonzero(used)):
-        idx = rng.integers(0, seeds[i], size=(n_boot, seeds[i]))
-        val, c = stats[i](idx)
-        Yb[:, col] = widen(y[i], val, int(seeds[i]))
-        bad |= c | ~np.isfinite(val)
-    fit.valid_fraction = float(1 - bad.mean())
-    if (~bad).any():
-        fit.boot_slope, fit.boot_intercept = _ols(xs, Yb[~bad])
-        fit.boot_y = Yb[~bad]
-        fit.dof = _slope_dof(xs, Yb[~bad], seeds[used])
-        fit.low, fit.high = t_interval(fit.slope, fit.boot_slope, fit.dof)
-    return fit
-
-
-def _slope_dof(x: np.ndarray, Yb: np.ndarray, k: np.ndarray) -> float:
-    """Welch-Satterthwaite degrees of freedom of a slope through level statistics of k seeds each."""
-    xc = x - x.mean()
-    c = (xc / (xc @ xc)) ** 2 * Yb.var(axis=0, ddof=1)  # each level's share of the slope's variance
-    k = np.asarray(k, dtype=float)
-    if np.any(k < 2) or c.sum() <= 0:
-        return float(max(k.min() - 1, 0))
-    return float(c.sum() ** 2 / (c**2 / (k - 1)).sum())
-
-
-def mean_stat(values: np.ndarray, censored: np.ndarray | None = None) -> LevelStat:
-    """Level statistic: the mean of per-seed values; censored if any drawn seed is."""
-    values = np.asarray(values, dtype=float)
-    cens = np.zeros(values.size, dtype=bool) if censored is None else np.asarray(censored, dtype=bool)
-    return lambda idx: (values[idx].mean(axis=1), cens[idx].any(axis=1))
-
-
-def mean_curve_crossing(grid: np.ndarray, curves: np.ndarray, threshold: float):
-    """For resampled seed indices: (log n*, above, below) of the seed-mean curve.
-
-    above: never reached, the true n* lies above the value (n_max); below: reached already at
-    the first grid point, the true n* lies below it. Averaging the seeds' curves before locating
-    the crossing keeps a single lucky draw (one noisy accuracy per seed and n) from deciding n*.
-    """
-    grid, curves = np.asarray(grid, dtype=float), np.asarray(curves, dtype=float)
-
-    def crossing(idx):
-        with warnings.catch_warnings():  # an all-NaN column (every fit failed) is simply not reached
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(curves[idx], axis=1)
-        crossed, reached = first_crossing(grid, mean, threshold)
-        return np.log(crossed), ~reached, reached & (crossed <= grid[0])
-
-    return crossing
-
-
-def curve_crossing_stat(grid: np.ndarray, curves: np.ndarray, threshold: float) -> LevelStat:
-    """Level statistic: log n* of the seed-mean curve; censored if only a bound is known."""
-    crossing = mean_curve_crossing(grid, curves, threshold)
-
-    def stat(idx):
-        value, above, below = crossing(idx)
-        return value, above | below
-
-    return stat

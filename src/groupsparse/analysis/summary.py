@@ -3,7 +3,7 @@
 Rows whose status is not "ok" (diverged, failed, skipped) are counted separately and never
 averaged into a mean. Intervals: :func:`.stats.mean_interval` (t interval over seeds, clipped to
 the metric's range); samples needed: :func:`.stats.n_star` on the seed-mean curve with a
-bootstrap-t interval in log n (:func:`.stats.mean_curve_crossing`).
+bootstrap-t interval in log n (:func:`.fits.mean_curve_crossing`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ..seeding import numpy_generator
-from .stats import METRIC_RANGES, mean_curve_crossing, mean_interval, n_star, t_interval, widen
+from .fits import mean_curve_crossing
+from .stats import METRIC_RANGES, mean_interval, n_star, t_interval, widen
 
 N_BOOT = 2000
 TARGETS = (0.9, 0.95)

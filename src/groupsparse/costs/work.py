@@ -186,9 +186,9 @@ def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], 
     downstream = spec.downstream
     test = spec.test_size
     fits = []
-    for _ in downstream:
+    for down in downstream:
         for n in sizes:
-            for method in methods:
+            for method in (m for m in methods if spec.fits_on(down, m)):
                 scored = online and method in ONLINE_METHODS
                 online_n = min(n, spec.online_points) * spec.online_eval_size if scored else 0
                 k, fitted = spec.folds(n)

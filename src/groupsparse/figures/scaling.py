@@ -17,27 +17,10 @@ from ..analysis.claims import Analysis
 from ..analysis.concentration import law_comparison, rss
 from ..analysis.scaling_laws import ATTENTION_RESOLUTION, FitRecord
 from ..analysis.stats import CONFIDENCE, one_sided_low
-from . import pyplot as _plt
+from . import empty_figure as _empty
+from . import panel_grid as _grid
 from . import save
-
-
-def _empty(title: str, why: str):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 2.5))
-    ax.axis("off")
-    ax.set_title(title)
-    ax.text(0.5, 0.5, f"no data: {why}", ha="center", va="center", wrap=True)
-    return fig
-
-
-def _grid(n: int, panel_height: float = 4.6):
-    plt = _plt()
-    cols = min(n, 3)
-    rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.4 * cols, panel_height * rows), squeeze=False, layout="constrained")
-    for ax in axes.flat[n:]:
-        ax.axis("off")
-    return fig, list(axes.flat[:n])
+from .sample_complexity import online_error_figure, sample_complexity_figure
 
 
 def _band(rec: FitRecord, xs: np.ndarray):
@@ -238,24 +221,6 @@ def concentration_figure(records: list[FitRecord]):
     return fig
 
 
-def sample_complexity_figure(records: list[FitRecord]):
-    if not records:
-        return _empty("samples to target accuracy vs (d, D)", "no transfer results for scaling runs")
-    fig, axes = _grid(len(records))
-    for ax, rec in zip(axes, records):
-        fit_panel(
-            ax,
-            rec,
-            x_exp=True,
-            y_exp=True,
-            theory_slope=1.0 if rec.prediction else None,
-            x_label=rec.x_name.removeprefix("log(").removesuffix(")"),
-            y_label="n* (samples)",
-        )
-    fig.suptitle("Samples to a target test accuracy (theory: d + D pretrained, d D logistic regression)")
-    return fig
-
-
 def ablations_figure(table: pd.DataFrame):
     if table is None or not len(table):
         return _empty("ablations", "no ablation runs")
@@ -290,7 +255,8 @@ def write_all(analysis: Analysis, directory) -> list[Path]:
     figures = {
         "convergence_time": convergence_figure(by("convergence_time")),
         "attention_concentration": concentration_figure(by("attention_concentration")),
-        "sample_complexity": sample_complexity_figure(by("sample_complexity")),
+        "sample_complexity": sample_complexity_figure([r for r in analysis.joint if r.analysis == "sample_complexity"]),
+        "online_error": online_error_figure([r for r in analysis.joint if r.analysis == "online_error"]),
         "ablations": ablations_figure(analysis.ablations),
     }
     return [p for name, fig in figures.items() for p in save(fig, directory, name)]

@@ -141,7 +141,7 @@ def _run_transfer(run_spec, spec, checkpoint, methods, sizes, device, progress) 
             X, y = _stack(
                 [draw(t, n, train_generator(run_spec, s, downstream, n), "train") for s, t in zip(pre.seeds, tasks)]
             )
-            for method in methods:
+            for method in (m for m in methods if spec.fits_on(downstream, m)):
                 tm = time.perf_counter()
                 rows += _fit_method(ctx, spec, pre, tasks, downstream, method, n, X, y, X_test, y_test)
                 seconds[method] += time.perf_counter() - tm

@@ -128,6 +128,7 @@ class TransferSpec:
     max_n: int = 65536  # largest sample size a job accepts
     test_size: int = 10000  # fresh test samples per (task, seed), shared by all methods and n
     downstream: tuple = DOWNSTREAM  # which downstream tasks to run
+    control_methods: tuple | None = None  # methods also fitted on negative_control (None: every method)
     angle_deg: float | None = None  # None: v~* a fresh uniform unit vector; else at this angle to v*
     sigma_x: float | None = None  # None: the pretraining task's sigma_x
     selection: str = "cv"  # hyperparameter rule: cv (k-fold CV on the n samples) | fixed
@@ -173,6 +174,14 @@ class TransferSpec:
                 f"must be a list of names from {', '.join(DOWNSTREAM)}, got {value!r}",
             )
             raw["downstream"] = tuple(value)
+        if raw.get("control_methods") is not None:
+            value = raw["control_methods"]
+            _check(
+                isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
+                f"{where}.control_methods",
+                f"must be null or a list of method names, got {value!r}",
+            )
+            raw["control_methods"] = tuple(value)
         for key in ("selection", "dtype"):
             if key in raw:
                 _check(isinstance(raw[key], str), f"{where}.{key}", f"must be a string, got {raw[key]!r}")
@@ -198,6 +207,8 @@ class TransferSpec:
         )
         for name in self.downstream:
             _choice(name, DOWNSTREAM, f"{where}.downstream")
+        for name in self.control_methods or ():
+            _choice(name, METHODS, f"{where}.control_methods")
         if self.angle_deg is not None:
             _check(
                 0.0 <= self.angle_deg <= 180.0,
@@ -280,7 +291,15 @@ class TransferSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["downstream"] = list(self.downstream)
+        if self.control_methods is None:
+            del d["control_methods"]  # absent = every method: specs written before the key keep their hash
+        else:
+            d["control_methods"] = list(self.control_methods)
         return d
+
+    def fits_on(self, downstream: str, method: str) -> bool:
+        """Whether ``method`` is fitted on ``downstream`` (the negative control: control_methods only)."""
+        return downstream != "negative_control" or self.control_methods is None or method in self.control_methods
 
     def science_hash(self) -> str:
         return config_hash(self.to_dict())

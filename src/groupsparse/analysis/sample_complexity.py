@@ -1,0 +1,318 @@
+"""Sample complexity over the (d, D) grid (docs/STUDY.md section 4.3): n* and the average online error.
+
+The paper's downstream theorem is an upper bound: online SGD from the pretrained model on n
+samples has average online test error (1/n) sum_i P(y f(Z; W~(i), v~(i)) <= 0)
+<= O((d + D) log^2 n / (gamma^2 n)). So every test of a pretrained method here is one-sided
+("grows no faster than"), by :data:`.stats.VERDICT_RULE`.
+
+* n*: the smallest n at which a method's seed-mean test accuracy reaches a target, at each grid
+  point (:func:`.fits.curve_crossing_stat`, censoring-aware).
+* Joint fit ``log n* = c + a log d + b log D`` over the grid (:func:`.fits.fit_design`, bootstrap
+  over seeds within each grid point). d + D is homogeneous of degree 1 in (d, D), d D of degree
+  2, so a + b separates them: a + b = 1 for d + D (a = d/(d + D), b = D/(d + D) locally), 2 for
+  d D. Pretrained methods: a <= 1, b <= 1 and a + b <= 1, one-sided; the bound's own form
+  n* / log^2 n* (the log^2 n it carries lets n* itself grow a little faster) is tested on
+  a + b <= 1 as well. Logistic regression on vec(X) (d D features): a = 1, b = 1, a + b = 2.
+  Other methods (group lasso, the nets): fitted, no claim.
+* Average online error of the online-SGD methods: ``log err = c + alpha log n + beta log(d + D)``
+  over (grid point, n) levels, the sizes of one grid point resampled together (they share the
+  pretrained seeds). beta <= 1 one-sided (the bound grows like d + D); alpha is a measured rate
+  beside the bound's -1 (up to log^2 n), no verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .fits import Coefficient, DesignFit, LevelStat, curve_crossing_stat, fit_design
+from .inputs import BASELINE_METHOD, downstreams, transfer_curves, with_role
+from .rows import _claim
+from .scaling_laws import Settings
+from .stats import CONFIDENCE, EXPONENT_TOLERANCE, Prediction, bootstrap_generator, fmt_values
+
+
+def uses_pretraining(method: str) -> bool:
+    """Methods that start from the pretrained checkpoint: held to the theorem's d + D."""
+    return method.startswith("pretrained_")
+
+
+@dataclass
+class Test:
+    """A coefficient (or a combination) of a joint fit, and what the theory says about it."""
+
+    coefficient: Coefficient
+    prediction: Prediction | None = None
+    claim: str = ""
+    theory: str = ""
+
+
+@dataclass
+class JointRecord:
+    """One joint fit over the grid, the observations behind it, and the tests on its coefficients."""
+
+    analysis: str  # sample_complexity | online_error
+    label: str  # "accuracy >= 0.9", "average online error"
+    group: dict  # method, downstream, threshold, form
+    y_name: str
+    fit: DesignFit
+    points: pd.DataFrame  # per level: level, d, D, n, x (log D), y, censored, reason
+    tests: list[Test] = field(default_factory=list)
+
+    @property
+    def x_name(self) -> str:  # the x of the points table (a joint fit has several)
+        return "log D" if self.analysis == "sample_complexity" else "log n"
+
+    def rows(self) -> list[dict]:
+        f = self.fit
+        common = {
+            "role": "scaling",
+            "analysis": self.analysis,
+            "label": self.label,
+            **{k: self.group.get(k) for k in ("d", "D", "method", "downstream", "quantity", "threshold", "c", "at")},
+            "law": self.group.get("form"),
+            "x": " + ".join(c.name for c in f.coefficients[1:]) + " (joint)",
+            "y": self.y_name,
+            "confidence": CONFIDENCE,
+            "r2": f.r2,
+            "local_slopes": "",
+            "n_levels": int(f.used.sum()),
+            "n_levels_censored": int(f.censored.sum()),
+            "levels": "; ".join(f.names),
+            "seeds_min": int(f.seeds.min()) if f.seeds.size else 0,
+            "bootstrap": int(f.boot_y.shape[0]),
+            "bootstrap_valid": f.valid_fraction,
+            "usable": f.blocker() == "",
+            "blocker": f.blocker(),
+        }
+        intercept = f.coefficients[0].value
+        return [
+            common
+            | {
+                "coefficient": t.coefficient.name,
+                "slope": t.coefficient.value,
+                "intercept": intercept,
+                "low": t.coefficient.low,
+                "high": t.coefficient.high,
+                "one_sided_low": t.coefficient.one_sided()[0],
+            }
+            for t in self.tests
+        ]
+
+    def claims(self) -> list[dict]:
+        f = self.fit
+        config = (
+            ", ".join(f"{k} = {v}" for k, v in self.group.items())
+            + f"; y = {self.y_name}; {int(f.used.sum())} levels ({'; '.join(f.names)}); "
+            f"seeds per level {fmt_values(np.unique(f.seeds))}; r2 {f.r2:.3f}"
+        )
+        rows = []
+        for t in self.tests:
+            if not t.claim:
+                continue
+            c = t.coefficient
+            one_sided = t.prediction.kind == "at_most"
+            rows.append(
+                _claim(
+                    t.claim,
+                    t.theory,
+                    t.prediction,
+                    c.value,
+                    c.one_sided()[0] if one_sided else c.low,
+                    math.inf if one_sided else c.high,
+                    f.blocker(),
+                    config + f"; two-sided {CONFIDENCE:.0%} interval [{c.low:.3g}, {c.high:.3g}], dof {c.dof:.3g}",
+                    self.analysis,
+                    int(f.seeds[f.used].sum()) if f.used.any() else 0,
+                )
+            )
+        return rows
+
+
+def _grid_points(transfer: pd.DataFrame, downstream: str, method: str):
+    """(run, d, D, n grid, seeds, accuracy curves) of every scaling run that has the method, by (d, D)."""
+    scaled = with_role(transfer, "scaling")
+    configs = scaled[["run", "d", "D"]].drop_duplicates().sort_values(["d", "D"]).to_numpy().tolist()
+    for run, d, D in configs:
+        grid, seeds, curves = transfer_curves(scaled, run, downstream, method)
+        if seeds.size:
+            yield run, int(d), int(D), grid, seeds, curves
+
+
+def _log2_corrected(stat: LevelStat) -> LevelStat:
+    """log(n* / log^2 n*) from log n*: the bound's own form, n / log^2 n ~ (d + D)."""
+
+    def corrected(idx):
+        value, censored = stat(idx)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return value - 2 * np.log(value), censored
+
+    return corrected
+
+
+N_STAR_THEORY = (
+    "downstream bound: average online error O((d + D) log^2 n / (gamma^2 n)), an upper bound: samples for a "
+    "target accuracy grow no faster than d + D (up to log^2 n); d + D has degree 1 in (d, D), d D degree 2"
+)
+
+
+def _n_star_tests(fit: DesignFit, method: str, target: float, downstream: str, form: str) -> list[Test]:
+    a, b, total = fit.coefficient("log d"), fit.coefficient("log D"), fit.combine("a + b", {"log d": 1, "log D": 1})
+    where = f"accuracy {target:g}, downstream {downstream}"
+    if uses_pretraining(method) and form == "n*":
+        at_most = Prediction("at_most", 1.0)
+        return [
+            Test(a, at_most, f"{method}: exponent a of d in n* at most 1 ({where})", N_STAR_THEORY),
+            Test(b, at_most, f"{method}: exponent b of D in n* at most 1 ({where})", N_STAR_THEORY),
+            Test(total, at_most, f"{method}: n* grows no faster than d + D, a + b <= 1 ({where})", N_STAR_THEORY),
+        ]
+    if uses_pretraining(method):
+        claim = f"{method}: n*/log^2 n* grows no faster than d + D, a + b <= 1 ({where})"
+        return [Test(a), Test(b), Test(total, Prediction("at_most", 1.0), claim, N_STAR_THEORY)]
+    if method == BASELINE_METHOD:
+        equal = lambda v: Prediction("equal", v, EXPONENT_TOLERANCE)
+        theory = "logistic regression on vec(X) has d D features: n* ~ d D (a = b = 1, a + b = 2)"
+        return [
+            Test(a, equal(1.0), f"{method}: exponent a of d in n* equals 1 ({where})", theory),
+            Test(b, equal(1.0), f"{method}: exponent b of D in n* equals 1 ({where})", theory),
+            Test(total, equal(2.0), f"{method}: n* grows like d D, a + b = 2 ({where})", theory),
+        ]
+    return [Test(a), Test(b), Test(total)]
+
+
+def n_star_fits(transfer: pd.DataFrame, s: Settings) -> list[JointRecord]:
+    """Joint fits of log n* on log d and log D per downstream, method and target (see the module's doc)."""
+    records = []
+    if not len(with_role(transfer, "scaling")):
+        return records
+    for downstream in downstreams(transfer, s.downstream):
+        for method in s.methods:
+            points = list(_grid_points(transfer, downstream, method))
+            if not points:
+                continue
+            X = np.array([[1.0, math.log(d), math.log(D)] for _, d, D, *_ in points])
+            names = [f"d={d}, D={D}" for _, d, D, *_ in points]
+            for target in s.accuracy_targets:
+                stats = [curve_crossing_stat(grid, curves, target) for *_, grid, _, curves in points]
+                seeds = [seed_ids.size for *_, seed_ids, _ in points]
+                forms = [("n*", stats)]
+                if uses_pretraining(method):  # the bound's own form, for the methods it is about
+                    forms.append(("n*/log^2 n*", [_log2_corrected(st) for st in stats]))
+                for form, level_stats in forms:
+                    rng = bootstrap_generator(s.study_seed, "n_star_joint", downstream, method, float(target), form)
+                    fit = fit_design(
+                        X,
+                        level_stats,
+                        seeds,
+                        n_boot=s.n_boot,
+                        rng=rng,
+                        names=names,
+                        coefficient_names=("intercept", "log d", "log D"),
+                    )
+                    pts = pd.DataFrame(
+                        {
+                            "level": names,
+                            "d": [p[1] for p in points],
+                            "D": [p[2] for p in points],
+                            "n": math.nan,
+                            "x": np.log([p[2] for p in points]),
+                            "y": [float(st(np.arange(k)[None])[0][0]) for st, k in zip(level_stats, seeds)],
+                            "censored": fit.censored,
+                            "seed": -1,
+                            "reason": [
+                                f"not reached within n <= {p[3].max():g}" if c else ""
+                                for p, c in zip(points, fit.censored)
+                            ],
+                        }
+                    )
+                    group = {"method": method, "downstream": downstream, "threshold": float(target), "form": form}
+                    tests = _n_star_tests(fit, method, target, downstream, form)
+                    y_name = "log n*" if form == "n*" else "log(n* / log^2 n*)"
+                    records.append(
+                        JointRecord("sample_complexity", f"accuracy >= {target:g}", group, y_name, fit, pts, tests)
+                    )
+    return records
+
+
+def _online_stat(values: np.ndarray) -> LevelStat:
+    """Level statistic: log of the seeds' mean online error; censored if it is 0 (no log)."""
+
+    def stat(idx):
+        mean = values[idx].mean(axis=1)
+        with np.errstate(divide="ignore"):
+            return np.log(mean), ~(mean > 0)
+
+    return stat
+
+
+ONLINE_THEORY = (
+    "average online test error of online SGD from the pretrained model <= O((d + D) log^2 n / (gamma^2 n)): "
+    "an upper bound, growing like d + D at fixed n"
+)
+
+
+def online_error_fits(transfer: pd.DataFrame, s: Settings) -> list[JointRecord]:
+    """log(average online error) on log n and log(d + D), per downstream and online-SGD method."""
+    records = []
+    scaled = with_role(transfer, "scaling")
+    if not len(scaled) or "online_error" not in scaled.columns:
+        return records
+    online = scaled[scaled["online_error"].notna() & (scaled["status"] == "ok")]
+    for downstream in downstreams(transfer, s.downstream):
+        for method in sorted(online.loc[online["downstream"] == downstream, "method"].unique()):
+            g = online[(online["downstream"] == downstream) & (online["method"] == method)]
+            rows, stats, seeds, clusters, names = [], [], [], [], []
+            for (run, d, D), h in g.groupby(["run", "d", "D"], sort=True):
+                table = h.pivot_table(index="seed", columns="n", values="online_error").dropna(axis=0)
+                for n in table.columns:
+                    values = table[n].to_numpy(float)
+                    rows.append((int(d), int(D), float(n)))
+                    stats.append(_online_stat(values))
+                    seeds.append(values.size)
+                    clusters.append(run)
+                    names.append(f"d={int(d)}, D={int(D)}, n={int(n)}")
+            if not rows:
+                continue
+            X = np.array([[1.0, math.log(n), math.log(d + D)] for d, D, n in rows])
+            rng = bootstrap_generator(s.study_seed, "online_error_joint", downstream, method)
+            fit = fit_design(
+                X,
+                stats,
+                seeds,
+                n_boot=s.n_boot,
+                rng=rng,
+                names=names,
+                coefficient_names=("intercept", "log n", "log(d+D)"),
+                clusters=clusters,
+            )
+            pts = pd.DataFrame(
+                {
+                    "level": names,
+                    "d": [r[0] for r in rows],
+                    "D": [r[1] for r in rows],
+                    "n": [r[2] for r in rows],
+                    "x": np.log([r[2] for r in rows]),
+                    "y": fit.y,
+                    "censored": fit.censored,
+                    "seed": -1,
+                    "reason": ["mean online error 0" if c else "" for c in fit.censored],
+                }
+            )
+            where = f"downstream {downstream}"
+            tests = [
+                Test(fit.coefficient("log n")),
+                Test(
+                    fit.coefficient("log(d+D)"),
+                    Prediction("at_most", 1.0),
+                    f"{method}: average online error at fixed n grows no faster than d + D ({where})",
+                    ONLINE_THEORY,
+                ),
+            ]
+            group = {"method": method, "downstream": downstream, "form": "average online error"}
+            records.append(
+                JointRecord("online_error", "average online error", group, "log average online error", fit, pts, tests)
+            )
+    return records

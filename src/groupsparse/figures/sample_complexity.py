@@ -1,0 +1,91 @@
+"""Figures of the (d, D) grid's joint fits: n* against D per d, and the average online error against n."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+
+from ..analysis.sample_complexity import JointRecord
+from ..analysis.stats import CONFIDENCE
+from . import empty_figure as empty
+from . import panel_grid as grid
+
+D_COLORS = ("C0", "C1", "C2", "C3", "C4", "C5")
+
+
+def _interval(rec: JointRecord, name: str) -> str:
+    t = next(t for t in rec.tests if t.coefficient.name == name)
+    c = t.coefficient
+    return f"{name} = {c.value:.2f} [{c.low:.2f}, {c.high:.2f}]"
+
+
+def n_star_panel(ax, rec: JointRecord) -> None:
+    """n* per grid point (filled: reached; open triangles: a bound) and the joint fit's line for each d."""
+    pts, f = rec.points, rec.fit
+    beta = [c.value for c in f.coefficients]
+    for color, (d, g) in zip(D_COLORS, pts.groupby("d", sort=True)):
+        ok, cens = g[~g["censored"]], g[g["censored"]]
+        ax.scatter(ok["D"], np.exp(ok["y"]), color=color, s=36, label=f"d = {d}", zorder=3)
+        if len(cens):  # the bound: n_max (never reached) or the first n (reached there already)
+            ax.scatter(cens["D"], np.exp(cens["y"]), marker="^", s=40, facecolors="none", edgecolors=color)
+        if np.all(np.isfinite(beta)):
+            Ds = np.linspace(g["D"].min(), g["D"].max(), 30)
+            ax.plot(Ds, np.exp(beta[0] + beta[1] * np.log(d) + beta[2] * np.log(Ds)), "--", color=color, lw=1)
+    censored = pts[pts["censored"]]
+    note = f"bounds only (not reached, or reached at the first n): {'; '.join(censored['level'])}"
+    note = "\n" + textwrap.fill(note, 90) if len(censored) else ""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    Ds = np.unique(pts["D"])
+    ax.set_xticks(Ds, [f"{D:g}" for D in Ds])
+    ax.minorticks_off()
+    ax.set_xlabel("D (groups)")
+    ax.set_ylabel("n* (samples)" if rec.group["form"] == "n*" else "n* / log^2 n*")
+    fits = ", ".join(_interval(rec, n) for n in ("log d", "log D", "a + b"))
+    title = (
+        f"{rec.group['method']}, {rec.label} ({rec.group['form']})\n{fits.replace('log d', 'a').replace('log D', 'b')}"
+    )
+    ax.set_title(title + note, fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+
+
+def sample_complexity_figure(records: list[JointRecord]):
+    records = [r for r in records if r.group["form"] == "n*"]
+    if not records:
+        return empty("samples to target accuracy vs (d, D)", "no transfer results for scaling runs")
+    fig, axes = grid(len(records))
+    for ax, rec in zip(axes, records):
+        n_star_panel(ax, rec)
+    fig.suptitle(
+        f"Samples n* to a target test accuracy over the (d, D) grid; dashed: joint fit n* ~ d^a D^b "
+        f"({CONFIDENCE:.0%} intervals over seeds).\n"
+        "Theory: a + b <= 1 pretrained (d + D); a = b = 1 logistic regression (d D)"
+    )
+    return fig
+
+
+def online_error_figure(records: list[JointRecord]):
+    if not records:
+        return empty("average online error vs n", "no online-SGD transfer results for scaling runs")
+    fig, axes = grid(len(records))
+    for ax, rec in zip(axes, records):
+        pts = rec.points
+        for (d, D), g in pts.groupby(["d", "D"], sort=True):
+            color = D_COLORS[sorted(pts["d"].unique()).index(d) % len(D_COLORS)]
+            style = ("-", "--", ":", "-.")[sorted(pts["D"].unique()).index(D) % 4]
+            ax.plot(g["n"], np.exp(g["y"]), style, color=color, marker="o", ms=3, label=f"d={d}, D={D}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("n (samples, one SGD pass)")
+        ax.set_ylabel("average online test error (seed mean)")
+        fits = ", ".join(_interval(rec, n) for n in ("log n", "log(d+D)"))
+        ax.set_title(f"{rec.group['method']}\nexponents: {fits}", fontsize=8)
+        ax.legend(fontsize=6, ncols=3)
+        ax.grid(alpha=0.3, which="both")
+    fig.suptitle(
+        "Average online error (1/n) sum_i P(error of iterate i) against n, per grid point; "
+        "theory: at most O((d + D) log^2 n / n)"
+    )
+    return fig
