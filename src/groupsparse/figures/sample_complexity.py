@@ -14,6 +14,16 @@ from . import panel_grid as grid
 D_COLORS = ("C0", "C1", "C2", "C3", "C4", "C5")
 
 
+def _log_y(ax) -> None:
+    """A log y axis labelled at 1, 2, 5 x 10^k in plain numbers (a panel often spans less than a decade)."""
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _interval(rec: JointRecord, name: str) -> str:
     t = next(t for t in rec.tests if t.coefficient.name == name)
     c = t.coefficient
@@ -29,14 +39,13 @@ def n_star_panel(ax, rec: JointRecord) -> None:
         ax.scatter(ok["D"], np.exp(ok["y"]), color=color, s=36, label=f"d = {d}", zorder=3)
         if len(cens):  # the bound: n_max (never reached) or the first n (reached there already)
             ax.scatter(cens["D"], np.exp(cens["y"]), marker="^", s=40, facecolors="none", edgecolors=color)
-        if np.all(np.isfinite(beta)):
+        if np.all(np.isfinite(beta)) and not f.blocker():  # no line through a fit that cannot decide
             Ds = np.linspace(g["D"].min(), g["D"].max(), 30)
             ax.plot(Ds, np.exp(beta[0] + beta[1] * np.log(d) + beta[2] * np.log(Ds)), "--", color=color, lw=1)
-    censored = pts[pts["censored"]]
-    note = f"bounds only (not reached, or reached at the first n): {'; '.join(censored['level'])}"
-    note = "\n" + textwrap.fill(note, 90) if len(censored) else ""
+    blocker = f.blocker()  # censored levels are drawn as open triangles at their bound
+    note = "\n" + textwrap.fill(f"no verdict: {blocker}", 90) if blocker else ""
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    _log_y(ax)
     Ds = np.unique(pts["D"])
     ax.set_xticks(Ds, [f"{D:g}" for D in Ds])
     ax.minorticks_off()
@@ -77,7 +86,7 @@ def online_error_figure(records: list[JointRecord]):
             style = ("-", "--", ":", "-.")[sorted(pts["D"].unique()).index(D) % 4]
             ax.plot(g["n"], np.exp(g["y"]), style, color=color, marker="o", ms=3, label=f"d={d}, D={D}")
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        _log_y(ax)
         ax.set_xlabel("n (samples, one SGD pass)")
         ax.set_ylabel("average online test error (seed mean)")
         fits = ", ".join(_interval(rec, n) for n in ("log n", "log(d+D)"))
