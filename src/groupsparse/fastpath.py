@@ -40,8 +40,8 @@ LOG2E = 1.4426950408889634
 # elementwise multiply-adds (fast on a CPU: contiguous, no copies) or as one batched matmul (einsum: on a
 # GPU the loop would be d + D kernel launches per seed and step). None: einsum off the CPU only.
 BATCHED_CONTRACTIONS: bool | None = None
-# float32 on a CPU: the passes between the kernel's two matrix products fused into three numba loops
-# (fused.py, about a third of their cost). float64 keeps the torch path, whose bits the study's results carry.
+# float32 on a CPU: the passes between the kernel's two matrix products fused into numba loops (fused.py;
+# 5 seeds at the default size: 2.9 ms instead of 5.2). float64 keeps the torch path: the study's results carry its bits.
 FUSED_FLOAT32 = True
 _fused_workspace = threading.local()  # see _fused_buffers
 

@@ -3,12 +3,13 @@
 ``fastpath.seed_loss_and_grads`` computes, between its two matrix products, about 40 torch
 passes over (D, D, B/2) tensors (the two per-sample contractions alone are d + D passes), each
 a round trip through memory. These loops do the same arithmetic in three passes, a row of H
-samples at a time, so a row's intermediates stay in the L1 cache: the kernel's middle costs
-about a third. The formulas are the torch path's, term for term, without fused multiply-adds;
-the rounding differs from torch's (its multiply-adds fuse, its sums reduce in another order) by
-float32 rounding. float64 runs keep the torch path: their results must stay bit for bit.
+samples at a time, so a row's intermediates stay in the L1 cache. With the small products of
+``prologue`` and ``epilogue`` (and the two large ones in numpy's BLAS), the kernel for 5 seeds at
+d = D = 10, B = 2048 went from 5.2 to 2.9 ms. The formulas are the torch path's, term for term,
+without fused multiply-adds; the rounding differs from torch's (its multiply-adds fuse, its sums
+reduce in another order) by float32 rounding. float64 runs keep the torch path, bit for bit.
 
-Compiled on first use (about 2 s), cached on disk (``cache=True``). Without fastmath no sum is
+Compiled on first use (about 5 s), cached on disk (``cache=True``). Without fastmath no sum is
 reordered, so every value is computed the same way whatever the vector width or the thread:
 a seed gets the same bits alone or among others. ``nogil``: seed workers run them in parallel.
 Layouts as in fastpath: X (d, D, H), R (d + 2D + 1, D, H), attention A (M, D, D, H) [half,
