@@ -13,6 +13,7 @@ machines this runs on are shared and noisy. See benchmarks/README.md for what ea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import statistics
@@ -294,12 +295,14 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
     halves = [fastpath.batch_inner(X[s, :H]) for s in range(S)]
     fulls = [fastpath.batch_inner(X[s]) for s in range(S)]
 
-    def fast(inputs, labels, anti):
-        return [fastpath.seed_loss_and_grads(W[s], v[s], inputs[s], labels[s], P, 1.0, anti) for s in range(S)]
+    def fast(inputs, labels, anti, fused=True):
+        with torch_path(not fused):
+            return [fastpath.seed_loss_and_grads(W[s], v[s], inputs[s], labels[s], P, 1.0, anti) for s in range(S)]
 
     fns = {
         "dense closed form (model.py), seeds batched": lambda: loss_and_grads_closed_form(W, v, Z, y),
         "fast kernel, mirror not folded": lambda: fast(fulls, y, False),
+        "fast kernel, torch ops (not fused: float64's path)": lambda: fast(halves, y[:, :H], True, fused=False),
         "fast kernel": lambda: fast(halves, y[:, :H], True),
         "draw 5 batches: torch.randn float64": lambda: [
             torch.randn(H, D, d, generator=g, dtype=torch.float64) for g in gens
@@ -336,8 +339,22 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
 
 
 # -- torch.compile ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def torch_path(on: bool = True):
+    """The fast kernel as torch ops (float64's path) while on: float32 on a CPU otherwise runs fused (numba)."""
+    from groupsparse import fastpath
+
+    before = fastpath.FUSED_FLOAT32
+    fastpath.FUSED_FLOAT32 = before and not on
+    try:
+        yield
+    finally:
+        fastpath.FUSED_FLOAT32 = before
+
+
 def compile_section(torch, table, args):
-    """The fast kernel under torch.compile, timed interleaved with the eager kernel in the same Trainer."""
+    """The fast kernel's torch path under torch.compile (the fused float32 path calls numba, which torch.compile
+    cannot trace), timed interleaved with the project's eager kernel in the same Trainer."""
     from groupsparse import fastpath
 
     spec = run_spec("float32")
@@ -350,22 +367,25 @@ def compile_section(torch, table, args):
     H = X.shape[1] // 2
     W, v = trainer.params["layer0.W"], trainer.params["v"]
     t0 = time.perf_counter()  # compile here, on the main thread (not inside the seed workers)
-    compiled(W[0], v[0], fastpath.batch_inner(X[0, :H]), y[0, :H], trainer.positions, trainer.scale, True)
+    with torch_path():
+        compiled(W[0], v[0], fastpath.batch_inner(X[0, :H]), y[0, :H], trainer.positions, trainer.scale, True)
     compile_s = time.perf_counter() - t0
 
     def use(kernel, steps):
         fastpath.seed_loss_and_grads = kernel
         try:
-            block(steps)
+            with torch_path(kernel is compiled):
+                block(steps)
         finally:
             fastpath.seed_loss_and_grads = eager_kernel
 
     try:
         fastpath.seed_loss_and_grads = compiled
-        got = trainer.loss_and_grads(X, y)
-        one, _ = project_step_fn(torch, spec, [3])
-        one.params = {k: t[3:4].clone() for k, t in trainer.params.items()}
-        alone = one.loss_and_grads(X[3:4], y[3:4])
+        with torch_path():
+            got = trainer.loss_and_grads(X, y)
+            one, _ = project_step_fn(torch, spec, [3])
+            one.params = {k: t[3:4].clone() for k, t in trainer.params.items()}
+            alone = one.loss_and_grads(X[3:4], y[3:4])
     finally:
         fastpath.seed_loss_and_grads = eager_kernel
     dev = max(float((got[1][k] - want[1][k]).abs().max() / want[1][k].abs().max()) for k in want[1])
@@ -376,7 +396,7 @@ def compile_section(torch, table, args):
     eager, comp = (min(ts[k]) / args.steps for k in ("eager", "compiled"))
     table.add(
         "compile",
-        "project, 5 seeds, float32: eager kernel",
+        "project, 5 seeds, float32: the project's kernel (eager, fused)",
         eager * 1e3,
         "ms/step",
         ratio=1.0,
@@ -384,12 +404,12 @@ def compile_section(torch, table, args):
     )
     table.add(
         "compile",
-        "project, 5 seeds, float32: kernel under torch.compile",
+        "project, 5 seeds, float32: its torch path under torch.compile",
         comp * 1e3,
         "ms/step",
         ratio=eager / comp,
         note=f"compile {compile_s:.1f} s (inductor's disk cache may shorten it); "
-        f"max rel. gradient deviation from eager {dev:.1e}; "
+        f"max rel. gradient deviation from the fused kernel {dev:.1e}; "
         f"seed alone == in batch: {same_bits}",
     )
 
@@ -826,7 +846,7 @@ def main(argv=None) -> int:
     n = 1024 if args.quick else 2048
     ceilings = measure_ceilings(torch, table, args, n, "start")
 
-    from groupsparse.fastpath import keep_freed_memory
+    from groupsparse.cpu import keep_freed_memory
 
     tuned = keep_freed_memory()
     if "kernel" not in args.skip:

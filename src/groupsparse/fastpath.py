@@ -17,6 +17,9 @@ Same numbers as ``model.loss_and_grads_closed_form`` (up to rounding), computed 
   multiplies by X once more folds the two halves before the matrix product.
 - One seed at a time: each seed runs the same operations on the same shapes whether it
   trains alone or among others, so batched seeds give the bits of single-seed runs.
+- float32 on a CPU: the elementwise steps between the two matrix products, some 40 torch
+  passes over (D, D, B/2) tensors, run as three fused loops (``fused.py``), and subnormal
+  numbers are flushed meanwhile; float64 (and a GPU) keep the torch path, bit for bit.
 
 FLOP count of the dense formula (what the benchmark reports, per seed and step, counting
 a multiply-add as 2): scores Z W (2 B D m^2) and (Z W) Z^T (2 B D^2 m), W-gradient
@@ -25,19 +28,22 @@ G Z (2 B D^2 m) and Z^T (G Z) (2 B D m^2): 4 B D m (m + D), m = d + D.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
+import numpy as np
 import torch
+
+from .cpu import denormals_flushed, numpy_blas_one_thread
 
 LOG2E = 1.4426950408889634
 # The two per-sample contractions over d or D (the quadratic score block and its gradient) as a loop of
 # elementwise multiply-adds (fast on a CPU: contiguous, no copies) or as one batched matmul (einsum: on a
 # GPU the loop would be d + D kernel launches per seed and step). None: einsum off the CPU only.
 BATCHED_CONTRACTIONS: bool | None = None
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_allocator_tuned = False
+# float32 on a CPU: the passes between the kernel's two matrix products fused into numba loops (fused.py;
+# 5 seeds at the default size: 2.9 ms instead of 5.2). float64 keeps the torch path: the study's results carry its bits.
+FUSED_FLOAT32 = True
+_fused_workspace = threading.local()  # see _fused_buffers
 
 
 def dense_flops(B: int, D: int, d: int) -> int:
@@ -56,65 +62,6 @@ def kernel_flops(B: int, D: int, d: int, antithetic: bool = True) -> int:
     """
     H, M = (B // 2, 2) if antithetic else (B, 1)
     return H * (2 * d * D * (2 * d + 3 * D + 2) + 6 * d * D * D + 16 * M * D * D)
-
-
-def keep_freed_memory() -> bool:
-    """Ask glibc to keep freed blocks for reuse instead of returning them to the system.
-
-    A training step allocates a few MB of temporaries. By default glibc serves blocks above
-    128 KiB with mmap and unmaps them on free, so every step pays thousands of page faults
-    (measured here: ~3,000 per step in float32, ~13,000 in float64, about half the step's
-    time). Raising the mmap and trim thresholds keeps those pages mapped. Process-wide,
-    idempotent; returns False where the C library is not glibc (nothing changes then).
-    """
-    global _allocator_tuned
-    if _allocator_tuned:
-        return True
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024) == 1
-        ok = ok and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1
-    except (OSError, AttributeError):
-        return False
-    _allocator_tuned = ok
-    return ok
-
-
-class SeedWorkers:
-    """Runs per-seed work on up to ``threads`` worker threads, each doing single-threaded torch ops.
-
-    A step is a few hundred small operations per seed. Split across cores op by op (torch's
-    intra-op threads) each one pays a fork/join, and when another process holds a core every
-    join waits for it: measured here, 2 threads on a shared 2-core machine made a step 5 to 10
-    times slower than 1. Whole seeds on separate threads need no joins within a step, and
-    every seed's numbers are then those of a one-thread run whatever ``threads`` is.
-    On a GPU, or with one thread, the work runs inline.
-    """
-
-    def __init__(self, threads: int, n_seeds: int, device: torch.device):
-        self.inline = device.type != "cpu" or threads <= 1
-        self.workers = max(1, min(threads, n_seeds))
-        self._restore_threads = threads
-        self._pool: ThreadPoolExecutor | None = None
-
-    def map(self, fn, n: int) -> list:
-        """[fn(0), ..., fn(n - 1)], in order."""
-        if self.inline:
-            return [fn(s) for s in range(n)]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(
-                self.workers, thread_name_prefix="seed", initializer=torch.set_num_threads, initargs=(1,)
-            )
-        out = list(self._pool.map(fn, range(n)))
-        # torch.set_num_threads acts per OS thread on the op kernels, but also sets a process-wide
-        # default that a worker's start just lowered to 1: put the job's value back (microseconds)
-        torch.set_num_threads(self._restore_threads)
-        return out
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
 
 
 def batch_inner(X: torch.Tensor) -> torch.Tensor:
@@ -148,21 +95,15 @@ def seed_loss_and_grads(
     sample b; y (H,) labels in {-1, +1}; P (D, D) positions, row j = p_j. With
     ``antithetic`` the batch is [X, -X] with labels [y, -y] (B = 2H), else B = H.
     Returns the mean logistic loss (0-dim), dL/dW (m, m) and dL/dv (m,).
+    float32 on a CPU: the elementwise middle runs fused (``fused.py``), unless FUSED_FLOAT32 is off.
     """
+    if FUSED_FLOAT32 and X.device.type == "cpu" and X.dtype == torch.float32 and not _batched(X):
+        return _fused_loss_and_grads(W, v, X, y, P, scale, antithetic)
     d, D, H = X.shape
-    m = d + D
-    M = 2 if antithetic else 1
-    B = M * H
-    new = dict(dtype=X.dtype, device=X.device)
-    Xf = X.reshape(d, D * H)
-    Pt = P.T
     attn, u = _attention_and_values(W, v, X, P, scale, antithetic)
-    yy = torch.stack([y, -y]) if antithetic else y[None]
     r = attn.sum(2)  # mass each key receives
     f = (u * r).sum(1)  # (M, H) outputs
-    neg_margin = -yy * f
-    loss = torch.nn.functional.softplus(neg_margin).mean()
-    g = torch.sigmoid(neg_margin).mul_(yy).mul_(-1.0 / B)  # dl/df per sample
+    loss, g = _loss_and_slope(f, y, antithetic)
 
     # G[i, j] = S[i, j] (u_i - sum_k S[k, j] u_k), scaled by g: dL/dA for each sample.
     ubar = (attn * u[:, :, None, :]).sum(1)
@@ -175,7 +116,7 @@ def seed_loss_and_grads(
     # the v1 gradient and P^T-side of the Wpf block.
     # With antithetic batches K also holds odd_gG with its two key/query axes swapped, so the same
     # product gives V (the Wfp block's contraction), which would otherwise be a separate batched matmul.
-    K = torch.empty(d + 1 + (2 * D if antithetic else D), D, H, **new)
+    K = torch.empty(d + 1 + (2 * D if antithetic else D), D, H, dtype=X.dtype, device=X.device)
     odd_gG = K[d + 1 : d + 1 + D]
     if antithetic:
         even_gG = gG[0] + gG[1]
@@ -197,23 +138,121 @@ def seed_loss_and_grads(
             T.addcmul_(xs[i], gs[i])
     if antithetic:  # V[k, j] = sum_{i,b} x_{b,i,k} gG_odd[i, j, b]: rows [j, (i, b)] of K
         K[d + 1 + D :].copy_(odd_gG.transpose(0, 1))
-    KX = K.view(K.shape[0], D * H) @ Xf.T
-    V = KX[d + 1 + D :].T if antithetic else T.sum(-1)
-    KX = KX[: d + 1 + D]
+    gW, gv = _assemble(K, X, P, even_gG.sum(-1), even_gr.sum(-1), scale, antithetic)
+    return loss, gW, gv
 
-    gW = torch.empty(m, m, **new)
+
+def _fused_loss_and_grads(W, v, X, y, P, scale: float, antithetic: bool):
+    """seed_loss_and_grads for float32 on a CPU: the same steps, the elementwise ones fused (fused.py).
+
+    The two matrix products run in numpy's BLAS (OpenBLAS, one thread a call, as torch's): with an
+    inner dimension of d it computes R in 75 us where torch's MKL takes 128 (d = D = 10, B = 2048).
+    """
+    from . import fused  # numba: imported (and compiled, then cached on disk) only where used
+
+    d, D, H = X.shape
+    buf, arr = _fused_buffers(d, D, H, 2 if antithetic else 1)
+    Xa, Pa = X.contiguous().numpy(), P.contiguous().numpy()
+    Xf = Xa.reshape(d, D * H)
+    with denormals_flushed(), np.errstate(all="ignore"):  # a diverged seed's inf and nan are recorded, not warned
+        fused.prologue(W.contiguous().numpy(), v.contiguous().numpy(), Pa, scale * LOG2E, *_get(arr, "WcatT C pv"))
+        np.matmul(arr["WcatT"], Xf, out=arr["R"])
+        R = arr["R"].reshape(d + 2 * D + 1, D, H)
+        fused.scores(R, Xa, arr["C"], arr["attn"])
+        buf["attn"].exp2_()  # torch's vectorised exp2 (numba's calls libm value by value)
+        fused.normalise(arr["attn"], R[-1], *_get(arr, "pv u r ubar f"))
+        loss, g = _loss_and_slope(buf["f"], y, antithetic)
+        fused.gradient_rows(*_get(arr, "attn u ubar r"), g.numpy(), Xa, *_get(arr, "K even_gG even_gr"))
+        np.matmul(arr["K"].reshape(-1, D * H), Xf.T, out=arr["KX"])
+        torch.sum(buf["even_gG"], -1, out=buf["pp"])
+        torch.sum(buf["even_gr"], -1, out=buf["pvsum"])
+        if not antithetic:
+            torch.sum(buf["K"][:d], -1, out=buf["Tsum"])
+        gW, gv = torch.empty(d + D, d + D, dtype=X.dtype), torch.empty(d + D, dtype=X.dtype)  # returned: fresh
+        fused.epilogue(*_get(arr, "KX Tsum pp pvsum"), Pa, scale, antithetic, gW.numpy(), gv.numpy())
+    return loss, gW, gv
+
+
+def _get(arrays: dict, names: str) -> list:
+    return [arrays[k] for k in names.split()]
+
+
+def _fused_buffers(d: int, D: int, H: int, M: int):
+    """This thread's float32 intermediates for one shape, as tensors and their numpy views, made once.
+
+    An allocation or a numpy view costs a microsecond or two, some 40 per seed and step otherwise.
+    Per thread: seed workers run the kernel concurrently. Only the last shape is kept.
+    """
+    key = (d, D, H, M)
+    held = getattr(_fused_workspace, "held", None)
+    if held is None or held[0] != key:
+        numpy_blas_one_thread()
+        shapes = {
+            "WcatT": (d + 2 * D + 1, d),
+            "C": (D, D),
+            "pv": (D,),
+            "R": (d + 2 * D + 1, D * H),
+            "attn": (M, D, D, H),
+            **{k: (M, D, H) for k in ("u", "r", "ubar")},
+            "f": (M, H),
+            "K": (d + 1 + M * D, D, H),
+            "even_gG": (D, D, H),
+            "even_gr": (D, H),
+            "KX": (d + 1 + M * D, d),
+            "pp": (D, D),
+            "pvsum": (D,),
+            "Tsum": (d, D),
+        }
+        tensors = {k: torch.empty(shape, dtype=torch.float32) for k, shape in shapes.items()}
+        held = _fused_workspace.held = (key, tensors, {k: x.numpy() for k, x in tensors.items()})
+    return held[1], held[2]
+
+
+def _loss_and_slope(f, y, antithetic: bool):
+    """Mean logistic loss of outputs f (M, H) and dl/df per sample (M, H) (labels [y, -y] when antithetic)."""
+    yy = torch.stack([y, -y]) if antithetic else y[None]
+    neg_margin = -yy * f
+    loss = torch.nn.functional.softplus(neg_margin).mean()
+    return loss, torch.sigmoid(neg_margin).mul_(yy).mul_(-1.0 / f.numel())
+
+
+def _assemble(K, X, P, pp, pv, scale: float, antithetic: bool):
+    """dL/dW (m, m) and dL/dv (m,) from the gradient rows K (one matrix product with X), and the sums
+    over samples of the even parts: pp = sum_b gG_even (D, D), pv = sum_b (g r)_even (D,)."""
+    d, D, H = X.shape
+    m = d + D
+    Pt = P.T
+    KX = K.view(K.shape[0], D * H) @ X.reshape(d, D * H).T
+    V = KX[d + 1 + D :].T if antithetic else K[:d].sum(-1)
+    gW = torch.empty(m, m, dtype=X.dtype, device=X.device)
     gW[:d, :d] = KX[:d]
     gW[:d, d:] = V @ P
-    gW[d:, :d] = Pt @ KX[d + 1 :]
-    gW[d:, d:] = Pt @ even_gG.sum(-1) @ P
+    gW[d:, :d] = Pt @ KX[d + 1 : d + 1 + D]
+    gW[d:, d:] = Pt @ pp @ P
     if scale != 1.0:
         gW *= scale
-    gv = torch.cat([KX[d], even_gr.sum(-1) @ P])
-    return loss, gW, gv
+    gv = torch.cat([KX[d], pv @ P])
+    return gW, gv
 
 
 def _batched(X: torch.Tensor) -> bool:
     return X.device.type != "cpu" if BATCHED_CONTRACTIONS is None else BATCHED_CONTRACTIONS
+
+
+def _score_rows(W, v, X, P, scale: float):
+    """R (d + 2D + 1, D, H), the constant score block C (D, D) and P v2 (D,): what the scores are made of.
+
+    Scores in base 2: softmax(A) = 2^(A log2(e) - max) / sum, and torch's exp2 is about four
+    times faster than its exp on a CPU. The factor rides on W, so it costs no pass over A.
+    One matrix product over the batch: rows 0..d-1 of R give Wff^T x_i (for the quadratic block),
+    rows d.. the x_i^T Wfp p_j and x_j^T Wpf^T p_i blocks, the last row x_i . v1.
+    """
+    d, D, H = X.shape
+    Pt = P.T
+    Ws = W * (scale * LOG2E)
+    Wcat = torch.cat([Ws[:d, :d], Ws[:d, d:] @ Pt, Ws[d:, :d].T @ Pt, v[:d, None]], dim=1)
+    R = (Wcat.T @ X.reshape(d, D * H)).view(d + 2 * D + 1, D, H)
+    return R, P @ Ws[d:, d:] @ Pt, P @ v[d:]
 
 
 def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
@@ -221,14 +260,7 @@ def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
     d, D, H = X.shape
     M = 2 if antithetic else 1  # mirror halves: +X (and -X)
     new = dict(dtype=X.dtype, device=X.device)
-    Pt = P.T
-    # Scores in base 2: softmax(A) = 2^(A log2(e) - max) / sum, and torch's exp2 is about four
-    # times faster than its exp on a CPU. The factor rides on W, so it costs no pass over A.
-    Ws = W * (scale * LOG2E)
-    # One matrix product over the batch: rows 0..d-1 give Wff^T x_i (for the quadratic block),
-    # rows d.. the x_i^T Wfp p_j and x_j^T Wpf^T p_i blocks, the last row x_i . v1.
-    Wcat = torch.cat([Ws[:d, :d], Ws[:d, d:] @ Pt, Ws[d:, :d].T @ Pt, v[:d, None]], dim=1)
-    R = (Wcat.T @ X.reshape(d, D * H)).view(d + 2 * D + 1, D, H)
+    R, C, pv = _score_rows(W, v, X, P, scale)
     odd = R[d + D : d + 2 * D] + R[d : d + D].transpose(0, 1)  # [i, j, b]: odd in X
     if _batched(X):  # [i, j, b]: x_i^T Wff x_j, even in X
         even = torch.einsum("kib,kjb->ijb", R[:d], X)
@@ -237,7 +269,7 @@ def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
         even = xs[0] * rs[0]
         for k in range(1, d):
             even.addcmul_(rs[k], xs[k])
-    even += (P @ Ws[d:, d:] @ Pt)[:, :, None]
+    even += C[:, :, None]
 
     attn = torch.empty(M, D, D, H, **new)  # scores, then softmax over keys i
     torch.add(even, odd, out=attn[0])
@@ -247,7 +279,7 @@ def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
     attn.exp2_()
     attn /= attn.sum(dim=1, keepdim=True)
 
-    pv = (P @ v[d:])[:, None]
+    pv = pv[:, None]
     u = torch.empty(M, D, H, **new)
     torch.add(pv, R[-1], out=u[0])
     if antithetic:

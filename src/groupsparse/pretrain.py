@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from . import fastpath, io
+from . import cpu, fastpath, io
 from .data import GroupSparseTask, make_task
 from .model import embed, forward, init_params, logistic_loss, sine_positions, token_width
 from .recording import Recording, attention_steps, record_steps  # noqa: F401 (re-exported)
@@ -105,8 +105,8 @@ class Trainer(Recording):
         self.inner_draws = self.closed_form and all(hasattr(t, "sample_inner") for t in self.tasks)
         self.positions = sine_positions(ts.D, self.dtype, self.device) if self.closed_form else None
         self._mirror_checked = False
-        fastpath.keep_freed_memory()  # a step's temporaries would otherwise cost thousands of page faults
-        self.workers = fastpath.SeedWorkers(torch.get_num_threads(), len(self.seeds), self.device)
+        cpu.keep_freed_memory()  # a step's temporaries would otherwise cost thousands of page faults
+        self.workers = cpu.SeedWorkers(torch.get_num_threads(), len(self.seeds), self.device)
         self.resume_path = Path(resume_path) if resume_path else None
         self.resume_every = resume_every
 

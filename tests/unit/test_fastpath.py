@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from groupsparse import fastpath
+from groupsparse import cpu, fastpath
 from groupsparse.data import draw_task, standard_normal
 from groupsparse.model import embed, loss_and_grads_closed_form, sine_positions
 from groupsparse.pretrain import Trainer
@@ -257,6 +257,58 @@ def test_batched_contractions_match_the_loops(antithetic, monkeypatch):
     got = fastpath.seed_loss_and_grads(W, v, X, y, P, 0.7, antithetic)
     for g, w in zip(got, want):
         assert torch.allclose(g, w, rtol=1e-12, atol=1e-12 * float(w.abs().max()))
+
+
+# --- float32 on a CPU: the fused kernel (issue 18) ------------------------------------------------
+
+
+def _kernel_inputs(d, D, H, seed=5):
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(d, D, H, generator=gen, dtype=torch.float64)
+    y = torch.sign(torch.randn(H, generator=gen, dtype=torch.float64))
+    W = 0.5 * torch.randn(d + D, d + D, generator=gen, dtype=torch.float64)
+    v = torch.randn(d + D, generator=gen, dtype=torch.float64)
+    return W, v, X, y, sine_positions(D, torch.float64)
+
+
+@pytest.mark.parametrize("antithetic", [True, False])
+@pytest.mark.parametrize("d,D,H,scale", [(10, 10, 1024, 1.0), (4, 5, 33, 0.3), (3, 16, 65, 1.0), (1, 1, 7, 1.0)])
+def test_fused_float32_kernel_matches_float64(d, D, H, scale, antithetic, monkeypatch):
+    """The fused float32 kernel (numba loops) against the float64 torch path on the same inputs: float32
+    rounding, no more than the float32 torch path's own deviation allows for."""
+    args64 = _kernel_inputs(d, D, H)
+    args32 = [a.float() for a in args64]
+    want = fastpath.seed_loss_and_grads(*args64, scale, antithetic)
+    fused = fastpath.seed_loss_and_grads(*args32, scale, antithetic)
+    monkeypatch.setattr(fastpath, "FUSED_FLOAT32", False)
+    torch_ops = fastpath.seed_loss_and_grads(*args32, scale, antithetic)
+    for got, ops, w in zip(fused, torch_ops, want):
+        assert got.dtype == torch.float32 and got.shape == w.shape
+        size = float(w.abs().max())
+        err, ops_err = float((got.double() - w).abs().max()), float((ops.double() - w).abs().max())
+        assert err <= max(10 * ops_err, 1e-6 * size), (err, ops_err)
+
+
+def test_float64_never_takes_the_fused_path(monkeypatch):
+    args = _kernel_inputs(4, 5, 33)
+    want = fastpath.seed_loss_and_grads(*args, 0.7, True)
+    monkeypatch.setattr(fastpath, "FUSED_FLOAT32", False)
+    assert all(torch.equal(g, w) for g, w in zip(fastpath.seed_loss_and_grads(*args, 0.7, True), want))
+
+
+def test_denormals_flushed_inside_and_the_threads_setting_restored():
+    tiny = torch.tensor([1e-40], dtype=torch.float32)  # subnormal
+    assert float(tiny * 1.0) > 0
+    with cpu.denormals_flushed():
+        assert float(tiny * 1.0) == 0.0
+    assert float(tiny * 1.0) > 0  # off again, as it was
+    try:
+        torch.set_flush_denormal(True)
+        with cpu.denormals_flushed():
+            pass
+        assert float(tiny * 1.0) == 0.0  # on again, as it was
+    finally:
+        torch.set_flush_denormal(False)
 
 
 # --- CUDA (run with `pytest -k cuda` on a machine with a GPU; benchmarks/gpu_check.sh) ------------
