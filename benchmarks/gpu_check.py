@@ -4,7 +4,7 @@
     python benchmarks/gpu_check.py                 # everything, about 5 minutes on one recent GPU
     python benchmarks/gpu_check.py --skip workflow # tests and benchmark only
 
-1. the tests written for CUDA (`pytest -k cuda tests/test_fastpath.py tests/test_core.py`): the fast path
+1. the tests written for CUDA (`pytest -k cuda tests/unit/test_fastpath.py tests/unit/test_pretrain.py`): the fast path
    on the device keeps v2 and W's cross blocks exactly 0 with antithetic batches, batched seeds equal
    single seeds and reruns equal runs bit for bit, and the device computes the CPU's numbers on the same
    samples;
@@ -152,7 +152,17 @@ def main() -> int:
         print("no CUDA device visible to torch: nothing to check here")
         return 1
     failed = []
-    tests = [sys.executable, "-m", "pytest", "-q", "-rs", "-k", "cuda", "tests/test_fastpath.py", "tests/test_core.py"]
+    tests = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-rs",
+        "-k",
+        "cuda",
+        "tests/unit/test_fastpath.py",
+        "tests/unit/test_pretrain.py",
+    ]
     if "tests" not in args.skip and sh(tests, cwd=ROOT):
         failed.append("CUDA tests")
     if "workflow" not in args.skip:

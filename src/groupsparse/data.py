@@ -109,7 +109,7 @@ def standard_normal(shape: tuple[int, ...], gen: torch.Generator, dtype: torch.d
     redrawing 16 uniforms for the last block when the size is not a multiple of 16. This
     does the same with torch's vectorised log/sqrt/cos/sin: the generator makes the same
     draws and ends in the same state, and the normals agree to the last bit or within one
-    unit in the last place (about 1% of them differ, tests/test_fastpath.py checks the
+    unit in the last place (about 1% of them differ, tests/unit/test_fastpath.py checks the
     bound). Below 16 values torch's own path is used.
     """
     if dtype != torch.float64 or gen.device.type != "cpu":

@@ -67,7 +67,7 @@ def seedwise_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     torch.bmm is not batch-invariant: with one seed it calls plain gemm/gemv, with several
     MKL's batched gemm, and the bits differ. A per-seed matmul gives a seed the same numbers
-    whether it trains alone or among others (tests/test_core.py checks this).
+    whether it trains alone or among others (tests/unit/test_pretrain.py checks this).
     """
     return torch.stack([a[s] @ b[s] for s in range(a.shape[0])])
 

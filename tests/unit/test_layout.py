@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import REPO
@@ -82,3 +83,18 @@ def test_no_module_over_about_400_lines():
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_every_test_file_the_docs_and_scripts_name_exists():
+    """A path like tests/unit/test_x.py in the README, the study, the code, the benchmarks or .ci must exist
+    (the GPU script once ran tests from paths removed by a re-layout)."""
+    repo = PACKAGE.parents[1]
+    sources = [repo / "README.md", repo / "docs" / "STUDY.md", repo / ".ci" / "run", *(repo / "benchmarks").glob("*")]
+    sources += [*PACKAGE.rglob("*.py"), *(repo / "workflow").rglob("*.smk"), repo / "Snakefile"]
+    named = {
+        (src.name, m)
+        for src in sources
+        if src.is_file() and src.suffix in ("", ".md", ".py", ".sh", ".smk")
+        for m in re.findall(r"tests/[\w/]+\.py", src.read_text())
+    }
+    assert [(src, path) for src, path in sorted(named) if not (repo / path).is_file()] == []

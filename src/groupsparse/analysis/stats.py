@@ -7,7 +7,7 @@ standard error** at :data:`CONFIDENCE`.
   analytic standard error s / sqrt(k) with k - 1 degrees of freedom (Welch's for a difference of
   two means). With 3-5 seeds a percentile bootstrap covers about 80% for a nominal 95%; the t
   interval covers 95% for normal seed-to-seed noise and 93-94% for a moderately skewed law
-  (gamma, skewness 1) - see tests/unit/test_interval_coverage.py; for a strongly skewed law
+  (gamma, skewness 1) - see tests/unit/test_intervals.py; for a strongly skewed law
   (exponential, skewness 2) no method without a model of the law reaches 92% at 3-5 seeds (t: 88%).
 * A statistic with no closed-form standard error (a slope through levels, a crossing n* of a
   seed-mean curve) takes its standard error from a bootstrap over seeds, resampled within each
