@@ -100,3 +100,33 @@ def test_pretrain_figures_mark_diverged_seeds_red_with_an_x(tmp_path, monkeypatc
     assert len(marks) == 3  # one per panel: loss, accuracy, attention mass
     assert all(list(line.get_xdata()) == [10] for line in marks)  # at the diverged seed's last step
     assert (tmp_path / "pretrain_curves.png").stat().st_size > 1000
+
+
+def test_transfer_figure_gives_a_method_one_colour_in_every_panel(tmp_path, monkeypatch):
+    """The negative control may fit fewer methods (transfer.control_methods): colours must not shift."""
+    from groupsparse.figures import runs as plots
+
+    figures = {}
+    real_save = plots.save
+    monkeypatch.setattr(
+        plots, "save", lambda fig, outdir, name: figures.setdefault(name, fig) and real_save(fig, outdir, name)
+    )
+    rows = [
+        {
+            "downstream": down,
+            "method": m,
+            "n": n,
+            "mean_test_accuracy": 0.7,
+            "ci_low": 0.6,
+            "ci_high": 0.8,
+            "n_seeds_not_ok": 0,
+        }
+        for down, methods in (("transfer", ["group_lasso", "logreg", "mlp"]), ("negative_control", ["logreg"]))
+        for m in methods
+        for n in (8, 16)
+    ]
+    plots.transfer_accuracy(pd.DataFrame(rows), "t", tmp_path)
+    transfer, control = figures["transfer_accuracy"].axes[:2]
+    colour = {line.get_label(): line.get_color() for line in transfer.get_lines() if line.get_marker() == "o"}
+    (logreg,) = [line for line in control.get_lines() if line.get_marker() == "o"]
+    assert logreg.get_color() == colour[logreg.get_label()] and len(set(colour.values())) == 3

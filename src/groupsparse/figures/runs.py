@@ -134,14 +134,17 @@ def parameters(traj: pd.DataFrame, title: str, outdir: Path):
 def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
     panels = sorted(summary["downstream"].unique(), key=lambda s: (s != "transfer", s))
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5.2), squeeze=False, layout="constrained")
+    # one colour per method in every panel (a panel may fit fewer methods: transfer.control_methods)
+    colors = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(summary["method"]))}
+    legend = {}
     for ax, down in zip(axes[0], panels):
         s = summary[summary["downstream"] == down]
         for method, g in s.groupby("method", sort=False):
             g = g.sort_values("n")
-            (line,) = ax.plot(
-                g["n"], g["mean_test_accuracy"], marker="o", ms=3, label=METHOD_LABELS.get(method, method)
-            )
-            ax.fill_between(g["n"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15)
+            label = METHOD_LABELS.get(method, method)
+            (line,) = ax.plot(g["n"], g["mean_test_accuracy"], marker="o", ms=3, color=colors[method], label=label)
+            legend.setdefault(label, line)
+            ax.fill_between(g["n"], g["ci_low"], g["ci_high"], color=colors[method], alpha=0.15)
             bad = g[g["n_seeds_not_ok"] > 0]
             if len(bad):  # where no seed is ok the mean is NaN: mark the n on the chance line
                 ax.plot(bad["n"], bad["mean_test_accuracy"].fillna(0.5), "x", color="tab:red", ms=7)
@@ -151,9 +154,8 @@ def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
         ax.axhline(0.5, color="gray", ls=":", lw=1)
         ax.set_title("downstream: " + down.replace("_", " "))
         ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
     # below the panels, never over a curve
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=8)
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncol=min(4, len(legend)), fontsize=8)
     fig.suptitle(title)
     return save(fig, outdir, "transfer_accuracy")
 
