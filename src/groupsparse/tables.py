@@ -11,6 +11,51 @@ from pathlib import Path
 
 from .io import InputError
 
+# What a pretraining run records per seed at its last step (summaries report each with an interval).
+FINAL_METRICS = (
+    "eval_loss",
+    "eval_accuracy",
+    "attention_on_relevant",
+    "attention_min_on_relevant",
+    "cos_v1_vstar",
+    "v1_norm",
+    "v2_norm",
+    "W_ff_norm",
+    "W_fp_norm",
+    "W_pf_norm",
+    "W_pp_norm",
+)
+
+# Every column of a transfer job's table, in order (transfer.runner writes them).
+TRANSFER_COLUMNS = (
+    "run",
+    "task_name",
+    "d",
+    "D",
+    "downstream",
+    "seed",
+    "j_star",
+    "pretrain_j_star",
+    "method",
+    "n",
+    "test_accuracy",
+    "test_loss",
+    "train_accuracy",
+    "train_loss",
+    "fit_seconds",
+    "status",
+    "hyperparameters",
+    "cos_direction",
+    "selection",
+    "hp_at_edge",
+    "online_error",
+)
+
+# Transfer columns a table may lack and still be read (bookkeeping, or added after the first tables).
+_TRANSFER_OPTIONAL = {"j_star", "pretrain_j_star", "train_loss", "fit_seconds", "hyperparameters", "cos_direction"}
+_TRANSFER_OPTIONAL |= {"selection", "hp_at_edge", "online_error"}
+
+# What a table must have to be read at all (older tables may lack the newer columns).
 REQUIRED_COLUMNS = {
     "trajectory": (
         "run",
@@ -21,31 +66,12 @@ REQUIRED_COLUMNS = {
         "j_star",
         "step",
         "train_loss",
-        "eval_loss",
-        "eval_accuracy",
-        "attention_on_relevant",
-        "attention_min_on_relevant",
-        "cos_v1_vstar",
-        "v1_norm",
-        "v2_norm",
+        *(m for m in FINAL_METRICS if not m.startswith("W_")),
         "status",
         "diverged_step",
     ),
     "attention": ("run", "task_name", "seed", "step", "key", "query", "mass", "j_star"),
-    "transfer": (
-        "run",
-        "task_name",
-        "d",
-        "D",
-        "downstream",
-        "seed",
-        "method",
-        "n",
-        "test_accuracy",
-        "test_loss",
-        "train_accuracy",
-        "status",
-    ),
+    "transfer": tuple(c for c in TRANSFER_COLUMNS if c not in _TRANSFER_OPTIONAL),
 }
 
 

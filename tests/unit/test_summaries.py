@@ -5,18 +5,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from conftest import tiny_config
-
-TINY = tiny_config()
-PAPER_METHODS = ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"]
-TABLE_TARGET = "results/provenance.json"  # the aggregate rule: every table, no figures
-CHUNK = "0-1"
-RESUME_FILE = f"results/pretrain/base/.seeds{CHUNK}.resume.safetensors"
-PRETRAIN_OUTPUTS = [
-    f"results/pretrain/base/seeds{CHUNK}{ext}" for ext in (".safetensors", ".trajectory.parquet", ".attention.parquet")
-]
-WAIT_S = 240
-
 
 def _trajectory(statuses: dict[int, str]) -> pd.DataFrame:
     """Two recorded steps per seed; a diverged seed's metrics are NaN and inf (as overflow leaves them)."""

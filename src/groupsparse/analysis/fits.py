@@ -67,6 +67,7 @@ class DesignFit:
     seeds: np.ndarray  # seeds per level
     names: list[str]  # level names for messages ("d=10, D=8")
     coefficients: list[Coefficient]
+    values: np.ndarray = field(default_factory=lambda: np.empty(0))  # level statistics, the bound where censored
     r2: float = math.nan
     valid_fraction: float = math.nan
     boot_y: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))  # usable resamples x used levels
@@ -135,14 +136,15 @@ def fit_design(
     X = np.atleast_2d(np.asarray(X, dtype=float))
     seeds = np.asarray(n_seeds, dtype=int)
     clusters = list(range(len(stats))) if clusters is None else list(clusters)
-    y = np.full(len(stats), np.nan)
+    values = np.full(len(stats), np.nan)
     cens = np.zeros(len(stats), dtype=bool)
     for i, (stat, k) in enumerate(zip(stats, seeds)):
         val, c = stat(np.arange(k)[None])
-        y[i], cens[i] = (np.nan if c[0] else val[0]), bool(c[0])
+        values[i], cens[i] = val[0], bool(c[0])
+    y = np.where(cens, np.nan, values)
     p = X.shape[1]
     names_c = list(coefficient_names) or [f"b{j}" for j in range(p)]
-    fit = DesignFit(X, y, cens, seeds, list(names), [Coefficient(n) for n in names_c])
+    fit = DesignFit(X, y, cens, seeds, list(names), [Coefficient(n) for n in names_c], values=values)
     used = fit.used
     if not used.any() or np.linalg.matrix_rank(X[used]) < p:
         return fit

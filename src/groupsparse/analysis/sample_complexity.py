@@ -142,6 +142,25 @@ def _grid_points(transfer: pd.DataFrame, downstream: str, method: str):
             yield run, int(d), int(D), grid, seeds, curves
 
 
+def _points(fit: DesignFit, levels: list[tuple], reasons: list[str]) -> pd.DataFrame:
+    """The points table of a joint fit: per level (d, D, n), its statistic (the bound where censored), and
+    the reason it is censored; x is log n where the levels have sizes, else log D."""
+    d, D, n = (np.asarray(col, dtype=float) for col in zip(*levels))
+    return pd.DataFrame(
+        {
+            "level": fit.names,
+            "d": d.astype(int),
+            "D": D.astype(int),
+            "n": n,
+            "x": np.log(np.where(np.isnan(n), D, n)),
+            "y": fit.values,
+            "censored": fit.censored,
+            "seed": -1,
+            "reason": [r if c else "" for r, c in zip(reasons, fit.censored)],
+        }
+    )
+
+
 def _log2_corrected(stat: LevelStat) -> LevelStat:
     """log(n* / log^2 n*) from log n*: the bound's own form, n / log^2 n ~ (d + D)."""
 
@@ -212,22 +231,8 @@ def n_star_fits(transfer: pd.DataFrame, s: Settings) -> list[JointRecord]:
                         names=names,
                         coefficient_names=("intercept", "log d", "log D"),
                     )
-                    pts = pd.DataFrame(
-                        {
-                            "level": names,
-                            "d": [p[1] for p in points],
-                            "D": [p[2] for p in points],
-                            "n": math.nan,
-                            "x": np.log([p[2] for p in points]),
-                            "y": [float(st(np.arange(k)[None])[0][0]) for st, k in zip(level_stats, seeds)],
-                            "censored": fit.censored,
-                            "seed": -1,
-                            "reason": [
-                                f"not reached within n <= {p[3].max():g}" if c else ""
-                                for p, c in zip(points, fit.censored)
-                            ],
-                        }
-                    )
+                    reasons = [f"not reached within n <= {p[3].max():g}" for p in points]
+                    pts = _points(fit, [(p[1], p[2], math.nan) for p in points], reasons)
                     group = {"method": method, "downstream": downstream, "threshold": float(target), "form": form}
                     tests = _n_star_tests(fit, method, target, downstream, form)
                     y_name = "log n*" if form == "n*" else "log(n* / log^2 n*)"
@@ -288,19 +293,7 @@ def online_error_fits(transfer: pd.DataFrame, s: Settings) -> list[JointRecord]:
                 coefficient_names=("intercept", "log n", "log(d+D)"),
                 clusters=clusters,
             )
-            pts = pd.DataFrame(
-                {
-                    "level": names,
-                    "d": [r[0] for r in rows],
-                    "D": [r[1] for r in rows],
-                    "n": [r[2] for r in rows],
-                    "x": np.log([r[2] for r in rows]),
-                    "y": fit.y,
-                    "censored": fit.censored,
-                    "seed": -1,
-                    "reason": ["mean online error 0" if c else "" for c in fit.censored],
-                }
-            )
+            pts = _points(fit, rows, ["mean online error 0"] * len(rows))
             where = f"downstream {downstream}"
             tests = [
                 Test(fit.coefficient("log n")),

@@ -14,24 +14,12 @@ import numpy as np
 import pandas as pd
 
 from ..seeding import numpy_generator
+from ..tables import FINAL_METRICS
 from .fits import mean_curve_crossing
 from .stats import METRIC_RANGES, mean_interval, n_star, t_interval, widen
 
 N_BOOT = 2000
 TARGETS = (0.9, 0.95)
-FINAL_METRICS = (
-    "eval_loss",
-    "eval_accuracy",
-    "attention_on_relevant",
-    "attention_min_on_relevant",
-    "cos_v1_vstar",
-    "v1_norm",
-    "v2_norm",
-    "W_ff_norm",
-    "W_fp_norm",
-    "W_pf_norm",
-    "W_pp_norm",
-)
 
 
 def _with_run(df: pd.DataFrame, keys: list[str]) -> list[str]:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from .. import io
 from ..seeding import torch_generator
 from ..specs import RunSpec, config_hash
+from ..tables import TRANSFER_COLUMNS
 from .methods import METHODS, Context, OnlineEval, net_steps, warm_up_group_lasso
 from .spec import ONLINE_METHODS, TransferSpec, check_grid
 from .tasks import (
@@ -45,29 +46,7 @@ from .tasks import (
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 CV_CHUNK_FLOATS = 2**23  # training inputs (floats) per batched cross-validation fit: bounds its memory
 STATUSES = ("ok", "diverged", "failed", "skipped_pretrain_diverged")
-COLUMNS = [
-    "run",
-    "task_name",
-    "d",
-    "D",
-    "downstream",
-    "seed",
-    "j_star",
-    "pretrain_j_star",
-    "method",
-    "n",
-    "test_accuracy",
-    "test_loss",
-    "train_accuracy",
-    "train_loss",
-    "fit_seconds",
-    "status",
-    "hyperparameters",
-    "cos_direction",
-    "selection",
-    "hp_at_edge",
-    "online_error",
-]
+COLUMNS = list(TRANSFER_COLUMNS)
 
 
 @dataclass
