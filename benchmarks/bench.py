@@ -116,10 +116,10 @@ def gemm_gflops(torch, dtype, n: int, repeats: int) -> float:
 # -- 3. the straightforward reference -------------------------------------------------------------
 def make_reference(torch, spec, seed: int, dtype, fresh_data: bool = True):
     """One seed trained the plain way: the paper's formula as an nn.Module, autograd, i.i.d. batches, SGD."""
-    from groupsparse.data import draw_task
-    from groupsparse.model import sine_positions
-    from groupsparse.pretrain import task_identity
-    from groupsparse.seeding import torch_generator
+    from groupsparse.config.seeding import torch_generator
+    from groupsparse.data.synthetic import draw_task
+    from groupsparse.model.transformer import sine_positions
+    from groupsparse.training.pretrain import task_identity
 
     nn = torch.nn
     d, D = spec.task.d, spec.task.D
@@ -162,7 +162,7 @@ def make_reference(torch, spec, seed: int, dtype, fresh_data: bool = True):
 
 # -- 2./3. pretraining throughput -----------------------------------------------------------------
 def run_spec(dtype: str, steps: int = 3000, task: dict | None = None, pretrain: dict | None = None, **more):
-    from groupsparse.specs import RunSpec
+    from groupsparse.config.specs import RunSpec
 
     return RunSpec.from_dict(
         {
@@ -176,7 +176,7 @@ def run_spec(dtype: str, steps: int = 3000, task: dict | None = None, pretrain: 
 
 
 def project_step_fn(torch, spec, seeds):
-    from groupsparse.pretrain import Trainer
+    from groupsparse.training.pretrain import Trainer
 
     trainer = Trainer(spec, seeds)
     active = torch.ones(len(seeds), dtype=torch.bool)
@@ -189,7 +189,7 @@ def project_step_fn(torch, spec, seeds):
 
 
 def pretraining_section(torch, table, args, ceilings):
-    from groupsparse.fastpath import dense_flops
+    from groupsparse.model.fastpath import dense_flops
 
     results = {}
     for dtype in ("float32", "float64"):
@@ -237,7 +237,7 @@ def run_one_seed_at_a_time(refs, steps):
 
 def compute_only(torch, table, args, ceilings):
     """The same comparison without the data draw: each side reuses one batch (5 seeds, float32)."""
-    from groupsparse.fastpath import dense_flops
+    from groupsparse.model.fastpath import dense_flops
 
     spec = run_spec("float32")
     seeds = list(range(5))
@@ -274,13 +274,13 @@ def compute_only(torch, table, args, ceilings):
 # -- kernel ablation --------------------------------------------------------------------------------
 def kernel_section(torch, table, args, allocator: str, ceilings):
     """One step's gradients for 5 seeds in float32 on a fixed antithetic batch, by implementation."""
-    from groupsparse import fastpath
-    from groupsparse.data import draw_task, standard_normal
-    from groupsparse.fastpath import dense_flops
-    from groupsparse.model import embed, loss_and_grads_closed_form, sine_positions
-    from groupsparse.pretrain import task_identity
-    from groupsparse.seeding import torch_generator
-    from groupsparse.specs import ModelSpec
+    from groupsparse.config.seeding import torch_generator
+    from groupsparse.config.specs import ModelSpec
+    from groupsparse.data.synthetic import draw_task, standard_normal
+    from groupsparse.model import fastpath
+    from groupsparse.model.fastpath import dense_flops
+    from groupsparse.model.transformer import embed, loss_and_grads_closed_form, sine_positions
+    from groupsparse.training.pretrain import task_identity
 
     spec = run_spec("float32")
     S, B, D, d = 5, spec.pretrain.batch, spec.task.D, spec.task.d
@@ -342,7 +342,7 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
 @contextlib.contextmanager
 def torch_path(on: bool = True):
     """The fast kernel as torch ops (float64's path) while on: float32 on a CPU otherwise runs fused (numba)."""
-    from groupsparse import fastpath
+    from groupsparse.model import fastpath
 
     before = fastpath.FUSED_FLOAT32
     fastpath.FUSED_FLOAT32 = before and not on
@@ -355,7 +355,7 @@ def torch_path(on: bool = True):
 def compile_section(torch, table, args):
     """The fast kernel's torch path under torch.compile (the fused float32 path calls numba, which torch.compile
     cannot trace), timed interleaved with the project's eager kernel in the same Trainer."""
-    from groupsparse import fastpath
+    from groupsparse.model import fastpath
 
     spec = run_spec("float32")
     eager_kernel = fastpath.seed_loss_and_grads
@@ -416,7 +416,7 @@ def compile_section(torch, table, args):
 
 # -- float32 against float64, and the whole run ---------------------------------------------------------
 def agreement_section(torch, table, args):
-    from groupsparse.pretrain import Trainer
+    from groupsparse.training.pretrain import Trainer
 
     res = {}
     for dtype in ("float32", "float64"):
@@ -467,7 +467,7 @@ def generator_section(torch, table, args) -> bool:
     import numpy as np
     from scipy import stats
 
-    from groupsparse.data import standard_normal
+    from groupsparse.data.synthetic import standard_normal
 
     shape, S = (10, 10, 1024), 5
     tg = torch.Generator().manual_seed(12345)
@@ -530,7 +530,7 @@ def sweep_section(torch, table, args, ceilings) -> float | None:
     """Trainer.step() (draw, kernel, descent) for one seed, float64, batch 1024 (the scaling grid's), at
     d in SWEEP_d and D in SWEEP_D, beside the FLOP model. Returns the largest point's fraction of the
     float64 GEMM ceiling (dense FLOP count), or None if it was not in the sweep."""
-    from groupsparse.fastpath import dense_flops, kernel_flops
+    from groupsparse.model.fastpath import dense_flops, kernel_flops
 
     dtype, B = LARGEST["dtype"], LARGEST["batch"]
     times = {}
@@ -569,8 +569,8 @@ def sweep_section(torch, table, args, ceilings) -> float | None:
 _MEMORY_JOB = r"""
 import json, sys, torch
 torch.set_num_threads(1)
-from groupsparse.pretrain import Trainer
-from groupsparse.specs import RunSpec
+from groupsparse.training.pretrain import Trainer
+from groupsparse.config.specs import RunSpec
 spec, seeds, steps = RunSpec.from_dict(json.loads(sys.argv[1])), json.loads(sys.argv[2]), int(sys.argv[3])
 t = Trainer(spec, seeds)
 active = torch.ones(len(seeds), dtype=torch.bool)
@@ -592,7 +592,7 @@ def memory_section(table, args, config_path: Path) -> bool:
 
     import yaml
 
-    from groupsparse.study import expand
+    from groupsparse.study.runs import expand
 
     runs = expand(yaml.safe_load(config_path.read_text()))
     jobs = {}
@@ -659,8 +659,8 @@ def memory_section(table, args, config_path: Path) -> bool:
 # -- 4. transfer ------------------------------------------------------------------------------------
 def transfer_section(torch, table, args):
     try:
-        from groupsparse import io
-        from groupsparse.pretrain import Trainer, checkpoint_payload
+        from groupsparse.io import files as io
+        from groupsparse.training.pretrain import Trainer, checkpoint_payload
         from groupsparse.transfer import DEFAULT_SIZES, METHODS, TransferSpec
         from groupsparse.transfer.runner import run_transfer
     except ImportError as exc:
@@ -846,7 +846,7 @@ def main(argv=None) -> int:
     n = 1024 if args.quick else 2048
     ceilings = measure_ceilings(torch, table, args, n, "start")
 
-    from groupsparse.cpu import keep_freed_memory
+    from groupsparse.model.cpu import keep_freed_memory
 
     tuned = keep_freed_memory()
     if "kernel" not in args.skip:
@@ -913,7 +913,7 @@ def main(argv=None) -> int:
 
 
 def _dense(spec) -> int:
-    from groupsparse.fastpath import dense_flops
+    from groupsparse.model.fastpath import dense_flops
 
     return dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d)
 

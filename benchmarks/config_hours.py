@@ -4,7 +4,7 @@
     python benchmarks/config_hours.py                          # config.yaml and configs/*.yaml
     python benchmarks/config_hours.py configs/scaling.yaml --markdown hours.md
 
-For every pretraining job of a config (``groupsparse.study.expand``: tasks, scaling grid, ablations; one
+For every pretraining job of a config (``groupsparse.study.runs.expand``: tasks, scaling grid, ablations; one
 job per seed chunk) the job's distinct shape (d, D, batch, dtype, eval size, model, sampling) is
 measured once, one seed on one thread: the training step (``Trainer.step``: draw, gradients, descent),
 one recording (``metrics``) and one attention checkpoint (``mean_attention``). A job then costs
@@ -37,7 +37,7 @@ GPU_EFFICIENCY = 0.2
 
 
 def measure(torch, spec, repeats: int) -> dict[str, float]:
-    from groupsparse.pretrain import Trainer
+    from groupsparse.training.pretrain import Trainer
 
     t = Trainer(spec, [0])
     active = torch.ones(1, dtype=torch.bool)
@@ -64,7 +64,7 @@ def synthetic_twin(spec_dict: dict) -> dict:
     task = spec_dict.get("task", {})
     if task.get("kind") != "images":
         return spec_dict
-    from groupsparse.specs import RunSpec
+    from groupsparse.config.specs import RunSpec
 
     image_spec = RunSpec.from_dict(spec_dict).task
     return {**spec_dict, "task": {"d": image_spec.d, "D": image_spec.D}}
@@ -73,10 +73,10 @@ def synthetic_twin(spec_dict: dict) -> dict:
 def config_hours(torch, path: Path, repeats: int, cache: dict) -> list[dict]:
     import yaml
 
-    from groupsparse.fastpath import kernel_flops
-    from groupsparse.pretrain import attention_steps, record_steps
-    from groupsparse.specs import RunSpec
-    from groupsparse.study import expand
+    from groupsparse.config.specs import RunSpec
+    from groupsparse.model.fastpath import kernel_flops
+    from groupsparse.study.runs import expand
+    from groupsparse.training.pretrain import attention_steps, record_steps
 
     config = yaml.safe_load(path.read_text())
     rows = []

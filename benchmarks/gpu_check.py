@@ -62,9 +62,9 @@ def matmul_peak(torch, dtype, n: int = 8192, repeats: int = 10) -> float:
 
 
 def step_rate(torch, d: int, D: int, dtype: str, batch: int, seeds: int, batched: bool | None, seconds: float = 5.0):
-    from groupsparse import fastpath
-    from groupsparse.pretrain import Trainer
-    from groupsparse.specs import RunSpec
+    from groupsparse.config.specs import RunSpec
+    from groupsparse.model import fastpath
+    from groupsparse.training.pretrain import Trainer
 
     spec = RunSpec.from_dict(
         {
@@ -97,7 +97,7 @@ def step_rate(torch, d: int, D: int, dtype: str, batch: int, seeds: int, batched
 
 
 def benchmark(torch) -> None:
-    from groupsparse.fastpath import dense_flops, kernel_flops
+    from groupsparse.model.fastpath import dense_flops, kernel_flops
 
     n = 8192 if DEVICE == "cuda" else 1024
     peaks = {dt: matmul_peak(torch, getattr(torch, dt), n) for dt in ("float32", "float64")}

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from groupsparse import costs  # noqa: E402
-from groupsparse.study import expand  # noqa: E402
+from groupsparse.study.runs import expand  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "costs"
 WORK = Path(os.environ.get("COSTS_WORK", "/tmp/groupsparse-costs"))

@@ -68,14 +68,14 @@ def tiny_spec_dict(
 
 def tiny_spec(task=None, model=None, pretrain=None, **top):
     """:func:`tiny_spec_dict` as a validated RunSpec."""
-    from groupsparse.specs import RunSpec
+    from groupsparse.config.specs import RunSpec
 
     return RunSpec.from_dict(tiny_spec_dict(task, model, pretrain, **top))
 
 
 def drop_timing(df):
     """A table without its timing columns (the only ones allowed to differ between identical runs)."""
-    from groupsparse import io
+    from groupsparse.io import files as io
 
     return df.drop(columns=[c for c in io.TIMING_COLUMNS if c in df.columns])
 

@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        from .errors import ConfigError
-        from .io import InputError
+        from .config.errors import ConfigError
+        from .io.files import InputError
 
         if isinstance(exc, ConfigError):
             line, code = f"bad setting: {exc}", EXIT_CONFIG

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from groupsparse.pretrain import Trainer
-from groupsparse.specs import RunSpec
+from groupsparse.config.specs import RunSpec
+from groupsparse.training.pretrain import Trainer
 
 VARIANTS = {
     "paper": {},

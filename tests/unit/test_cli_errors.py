@@ -12,9 +12,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from groupsparse import cli, io
-from groupsparse.pretrain import Trainer, checkpoint_payload
-from groupsparse.specs import RunSpec
+from groupsparse import cli
+from groupsparse.config.specs import RunSpec
+from groupsparse.io import files as io
+from groupsparse.training.pretrain import Trainer, checkpoint_payload
 
 from conftest import tiny_spec_dict
 
@@ -131,7 +132,7 @@ def test_version_help_and_an_empty_selection(tmp_path, capsys):
 
 
 def test_snapshot_refuses_numbers_that_do_not_come_from_head(tmp_path, capsys):
-    from groupsparse.report import results_commit_problem
+    from groupsparse.io.report import results_commit_problem
 
     results = tmp_path / "results"
     results.mkdir()

@@ -11,8 +11,9 @@ import math
 import pytest
 import yaml
 
-from groupsparse import costs, preflight
-from groupsparse.study import expand
+from groupsparse import costs
+from groupsparse.study import preflight
+from groupsparse.study.runs import expand
 
 from conftest import REPO
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-from groupsparse import preflight
+from groupsparse.study import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
@@ -190,7 +190,7 @@ def test_the_audits_examples_are_refused_naming_the_key(mutate, key, tmp_path):
 def test_every_planned_job_spec_is_accepted_by_its_job(configfile, tmp_path):
     """What the Snakefile plans, the jobs accept: each run's spec (as the job reads it from its file)
     passes the job's own check (a digits spec whose classes became strings was refused in the job)."""
-    from groupsparse.specs import RunSpec
+    from groupsparse.config.specs import RunSpec
     from groupsparse.transfer.spec import TransferSpec
 
     cfg = yaml.safe_load((REPO / configfile).read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from groupsparse import preflight
+from groupsparse.study import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from groupsparse import costs
-from groupsparse.study import expand
+from groupsparse.study.runs import expand
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "benchmarks" / "costs"
@@ -121,7 +121,7 @@ def test_import_is_torch_and_numpy_free():
 
 
 def test_torch_free_copies_agree_with_the_real_code():
-    from groupsparse.pretrain import attention_steps, record_steps
+    from groupsparse.training.pretrain import attention_steps, record_steps
     from groupsparse.transfer.methods import net_steps
     from groupsparse.transfer.spec import DEFAULT_GRIDS, DEFAULT_HYPERPARAMETERS, METHODS
 

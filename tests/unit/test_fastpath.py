@@ -13,11 +13,11 @@ import math
 import pytest
 import torch
 
-from groupsparse import cpu, fastpath
-from groupsparse.data import draw_task, standard_normal
-from groupsparse.model import embed, loss_and_grads_closed_form, sine_positions
-from groupsparse.pretrain import Trainer
-from groupsparse.specs import ModelSpec, RunSpec
+from groupsparse.config.specs import ModelSpec, RunSpec
+from groupsparse.data.synthetic import draw_task, standard_normal
+from groupsparse.model import cpu, fastpath
+from groupsparse.model.transformer import embed, loss_and_grads_closed_form, sine_positions
+from groupsparse.training.pretrain import Trainer
 
 TRAJECTORY_ATOL = 1e-9
 DTYPE_ATOL = 1e-4

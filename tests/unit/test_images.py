@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from groupsparse import images
-from groupsparse.io import InputError
-from groupsparse.seeding import torch_generator
-from groupsparse.specs import CIFAR10_CLASSES, ConfigError, ImageTaskSpec, RunSpec
+from groupsparse.config.seeding import torch_generator
+from groupsparse.config.specs import CIFAR10_CLASSES, ConfigError, ImageTaskSpec, RunSpec
+from groupsparse.data import images
+from groupsparse.io.files import InputError
 
 from conftest import REPO
 
@@ -300,7 +300,7 @@ def test_downstream_task_keeps_j_star_and_the_pretraining_feature_map():
 
 
 def test_pretraining_on_digits_learns_from_held_out_images():
-    from groupsparse.pretrain import Trainer
+    from groupsparse.training.pretrain import Trainer
 
     run = digits_run(pretrain={"steps": 120, "batch": 256, "eval_size": 512, "record_every": 40})
     res = Trainer(run, [0, 1]).run()
@@ -312,8 +312,9 @@ def test_pretraining_on_digits_learns_from_held_out_images():
 
 @pytest.mark.parametrize("dataset", ["digits", "cifar10"])
 def test_image_figures_cli_writes_png_and_pdf(tmp_path, dataset):
-    from groupsparse import cli, io
-    from groupsparse.pretrain import Trainer, checkpoint_payload
+    from groupsparse import cli
+    from groupsparse.io import files as io
+    from groupsparse.training.pretrain import Trainer, checkpoint_payload
 
     if dataset == "cifar10":
         write_fake_cifar(tmp_path)
@@ -367,7 +368,7 @@ def test_cifar10_study_config_is_the_papers_setting():
 
     import yaml
 
-    from groupsparse.study import expand
+    from groupsparse.study.runs import expand
 
     config = yaml.safe_load((REPO / "configs" / "cifar10.yaml").read_text())
     runs = expand(config)

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from groupsparse.model import (
+from groupsparse.config.specs import ModelSpec, RunSpec
+from groupsparse.model.transformer import (
     embed,
     forward,
     init_params,
@@ -16,8 +17,7 @@ from groupsparse.model import (
     sine_positions,
     token_width,
 )
-from groupsparse.pretrain import Trainer
-from groupsparse.specs import ModelSpec, RunSpec
+from groupsparse.training.pretrain import Trainer
 
 from conftest import tiny_spec as tiny
 from conftest import tiny_spec_dict as tiny_raw

@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from groupsparse import cli, io
-from groupsparse.pretrain import Trainer, checkpoint_payload
-from groupsparse.specs import ConfigError, RunSpec
+from groupsparse import cli
+from groupsparse.config.specs import ConfigError, RunSpec
+from groupsparse.io import files as io
+from groupsparse.training.pretrain import Trainer, checkpoint_payload
 
 from conftest import assert_same_run
 from conftest import tiny_spec as tiny
@@ -325,7 +326,7 @@ def test_divergence_is_recorded():
 def test_a_blow_up_that_stays_finite_is_recorded_as_diverged():
     """eta = 1e10 in float64: the loss grows to ~1e9 without overflowing; the rule (loss above
     DIVERGE_FACTOR x its start for DIVERGE_PATIENCE consecutive steps) marks the seed diverged."""
-    from groupsparse.pretrain import DIVERGE_FACTOR, DIVERGE_PATIENCE
+    from groupsparse.training.pretrain import DIVERGE_FACTOR, DIVERGE_PATIENCE
 
     spec = tiny(pretrain={"steps": 20, "eta": 1e10, "record_every": 1}, dtype="float64")
     res = Trainer(spec, [0]).run()
@@ -340,7 +341,7 @@ def test_a_blow_up_that_stays_finite_is_recorded_as_diverged():
 
 def test_a_single_loss_spike_is_not_a_divergence():
     """One step far above the bound (a heavy-tailed batch) followed by recovery: still "ok"."""
-    from groupsparse.pretrain import DIVERGE_PATIENCE
+    from groupsparse.training.pretrain import DIVERGE_PATIENCE
 
     class OneSpike(Trainer):
         def step_grads(self, drawn):

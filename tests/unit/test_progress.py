@@ -7,7 +7,7 @@ import os
 import time
 
 from groupsparse import cli
-from groupsparse.progress import PATTERN, Progress
+from groupsparse.io.progress import PATTERN, Progress
 
 
 class Clock:

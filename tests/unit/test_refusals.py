@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from groupsparse import io
+from groupsparse.io import files as io
 
 from conftest import snapshot, tiny_config
 
@@ -64,7 +64,7 @@ def test_on_diverge_fail_exits_non_zero_and_writes_no_checkpoint(tmp_path):
 
 
 def _small_spec(**pretrain):
-    from groupsparse.specs import RunSpec
+    from groupsparse.config.specs import RunSpec
 
     return RunSpec.from_dict(
         {
@@ -79,7 +79,7 @@ def _small_spec(**pretrain):
 
 def save_small_checkpoint(spec, folder: Path) -> Path:
     """Pretrain ``spec`` in-process and save checkpoint and tables as the pretrain command does."""
-    from groupsparse.pretrain import Trainer, checkpoint_payload
+    from groupsparse.training.pretrain import Trainer, checkpoint_payload
 
     res = Trainer(spec, [0, 1]).run()
     tensors, meta = checkpoint_payload(spec, res, [0, 1])
@@ -106,7 +106,7 @@ def truncate(src: Path, dst: Path) -> Path:
 
 def test_stale_or_truncated_resume_state_is_discarded_and_a_good_one_is_used(tmp_path, monkeypatch):
     """A resume state from another config, or a damaged one, must never be continued from."""
-    from groupsparse.pretrain import Trainer
+    from groupsparse.training.pretrain import Trainer
 
     spec, other = _small_spec(), _small_spec(eta=0.25)
     fresh = Trainer(spec, [0, 1]).run().trajectory
@@ -175,7 +175,7 @@ def test_transfer_rows_name_their_run_so_runs_sharing_a_task_never_merge(small_c
     """Ablation runs share their base task's data (same task_name); without the run's name in
     every transfer row, the summary would silently average different models together."""
     from groupsparse.analysis.summary import transfer_summary
-    from groupsparse.specs import RunSpec
+    from groupsparse.config.specs import RunSpec
 
     _, spec = small_checkpoint
     variant = RunSpec.from_dict(spec.to_dict() | {"run_name": "ablation_x"})
@@ -296,7 +296,7 @@ WRITER = textwrap.dedent("""
     import os, signal, sys
     import pandas as pd
     import pyarrow.parquet as pq
-    from groupsparse import io
+    from groupsparse.io import files as io
     real = pq.write_table
     def write_then_die(table, where, **kw):  # the process dies after writing, before the rename
         real(table, where, **kw)
@@ -322,7 +322,7 @@ def test_thread_count_changes_no_number():
     """What --cores changes inside a job: torch's thread count (snakemake caps threads at --cores)."""
     import torch
 
-    from groupsparse.pretrain import Trainer
+    from groupsparse.training.pretrain import Trainer
 
     spec, runs = _small_spec(), []
     before = torch.get_num_threads()

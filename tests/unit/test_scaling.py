@@ -13,7 +13,7 @@ from groupsparse.analysis import inputs, scaling_laws
 from groupsparse.analysis.claims import CLAIM_COLUMNS, analyse
 from groupsparse.analysis.scaling_laws import Settings
 from groupsparse.analysis.stats import VERDICTS, Prediction, first_crossing, verdict
-from groupsparse.io import InputError
+from groupsparse.io.files import InputError
 
 FAST = Settings(n_boot=400, loss_target=None)
 
@@ -422,7 +422,8 @@ def test_missing_baseline_is_a_clear_error():
 
 
 def test_cli_writes_tables_and_figures(tmp_path, capsys):
-    from groupsparse import cli, io
+    from groupsparse import cli
+    from groupsparse.io import files as io
 
     traj = synthetic_trajectories(3.0, D_grid=(4, 8, 16), seeds=2).drop(columns="run")
     paths = []
@@ -510,8 +511,9 @@ def test_transfer_target_met_at_the_smallest_n_is_censored():
 
 
 def test_readme_grid_section_lists_every_grid_point_and_the_joint_fit(tmp_path):
-    from groupsparse import io, report
     from groupsparse.analysis import summary
+    from groupsparse.io import files as io
+    from groupsparse.io import report
 
     tr = synthetic_transfer(configs=FACTORIAL, seeds=3)
     a = analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), tr, Settings(n_boot=200, accuracy_targets=(0.9,)))

@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
-from groupsparse.data import draw_task
-from groupsparse.seeding import numpy_generator, stable_seed, torch_generator
-from groupsparse.specs import TaskSpec
+from groupsparse.config.seeding import numpy_generator, stable_seed, torch_generator
+from groupsparse.config.specs import TaskSpec
+from groupsparse.data.synthetic import draw_task
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,7 +45,7 @@ STABLE_SEED = 1249158244961606000  # stable_seed(*STABLE_IDENTITY), computed onc
 
 def test_stable_seed_is_fixed_across_processes():
     assert stable_seed(*STABLE_IDENTITY) == STABLE_SEED
-    code = f"from groupsparse.seeding import stable_seed; print(stable_seed(*{STABLE_IDENTITY!r}))"
+    code = f"from groupsparse.config.seeding import stable_seed; print(stable_seed(*{STABLE_IDENTITY!r}))"
     for hash_seed in ("0", "12345"):  # Python's str hash randomisation must not matter
         out = subprocess.run(
             [sys.executable, "-c", code],

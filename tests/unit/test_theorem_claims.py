@@ -15,8 +15,8 @@ import torch
 from groupsparse.analysis.claims import analyse, batch_claims, stability_claims
 from groupsparse.analysis.scaling_laws import Settings, crossing_times, theorem_target
 from groupsparse.analysis.stats import Prediction, verdict
-from groupsparse.specs import ConfigError
-from groupsparse.study import expand
+from groupsparse.config.specs import ConfigError
+from groupsparse.study.runs import expand
 
 from conftest import tiny_config
 from conftest import tiny_spec as tiny
@@ -245,8 +245,8 @@ def test_transfer_d_grid_limits_transfer_to_its_levels():
 
 
 def test_min_over_queries_is_recorded_against_a_direct_computation():
-    from groupsparse.model import embed, forward
-    from groupsparse.pretrain import Trainer
+    from groupsparse.model.transformer import embed, forward
+    from groupsparse.training.pretrain import Trainer
 
     spec = tiny(pretrain={"steps": 30, "eta": 0.5, "batch": 64, "eval_size": 256, "record_every": 30}, D=5)
     trainer = Trainer(spec, [0, 1])
@@ -267,7 +267,7 @@ def test_min_over_queries_is_recorded_against_a_direct_computation():
 
 
 def test_min_over_queries_is_reproducible_per_seed():
-    from groupsparse.pretrain import Trainer
+    from groupsparse.training.pretrain import Trainer
 
     spec = tiny(pretrain={"steps": 10, "record_every": 5})
     a = Trainer(spec, [0, 1]).run().trajectory

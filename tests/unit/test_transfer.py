@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-from groupsparse import io
 from groupsparse.cli import EXIT_CONFIG, EXIT_INPUT, main
-from groupsparse.pretrain import Trainer, checkpoint_payload
-from groupsparse.specs import ConfigError, RunSpec
+from groupsparse.config.specs import ConfigError, RunSpec
+from groupsparse.io import files as io
+from groupsparse.training.pretrain import Trainer, checkpoint_payload
 from groupsparse.transfer import METHODS, TransferSpec
 from groupsparse.transfer.methods import METHODS as REGISTRY
 from groupsparse.transfer.methods import encoder_layer
@@ -225,7 +225,7 @@ def test_a_seed_whose_pretraining_diverged_is_skipped_not_fatal(checkpoint, tmp_
 
 
 def test_fine_tuning_gradient_closed_form_equals_autograd():
-    from groupsparse.model import embed
+    from groupsparse.model.transformer import embed
     from groupsparse.transfer.methods import _sgd_grads
 
     spec = RunSpec.from_dict(RUN)
@@ -402,7 +402,7 @@ def test_grids_are_wide_logarithmic_and_sgd_steps_are_scale_free():
 
 
 def test_folds_are_stratified_equal_sized_and_hashed():
-    from groupsparse.seeding import torch_generator
+    from groupsparse.config.seeding import torch_generator
     from groupsparse.transfer.runner import cv_folds
 
     y = torch.tensor([1.0] * 13 + [-1.0] * 7)
@@ -477,7 +477,7 @@ def test_cv_rows_record_choice_rule_and_edge_and_rerun_identically(checkpoint):
 
 def _u(params, X, spec):
     """u(X) = Z S 1 for the paper model, written out: Z^T (row sums of the attention)."""
-    from groupsparse.model import embed, forward
+    from groupsparse.model.transformer import embed, forward
 
     Z = embed(X[None], spec.model)
     _, attn = forward(params, Z, spec.model)
@@ -487,7 +487,7 @@ def _u(params, X, spec):
 def test_probe_equals_scikit_learn_on_the_pretrained_features(checkpoint):
     from sklearn.linear_model import LogisticRegression
 
-    from groupsparse.model import embed, forward
+    from groupsparse.model.transformer import embed, forward
 
     spec, seed, n = RunSpec.from_dict(RUN), SEEDS[2], 64
     table = _run(checkpoint, ["pretrained_probe"], [n], selection="cv", downstream=["transfer"])
@@ -531,7 +531,7 @@ def test_average_online_error_interpolates_linearly_and_is_exact_on_every_iterat
 def _direct_online_error(spec, params, X, y, Xo, yo, eta, trainable):
     """One pass of online SGD written as a plain loop with autograd; the test error (y f <= 0 on the
     fixed batch) of every iterate t = 0 .. n-1 (parameters after t updates), averaged."""
-    from groupsparse.model import embed, forward
+    from groupsparse.model.transformer import embed, forward
 
     p = {k: t.clone() for k, t in params.items()}
     Zo = embed(Xo[None], spec.model)

@@ -37,7 +37,7 @@ import psutil
 import pytest
 import yaml
 
-from groupsparse import io
+from groupsparse.io import files as io
 
 from conftest import snakemake_cmd as study_cmd
 from conftest import snapshot, tiny_config

@@ -27,7 +27,7 @@ import pytest
 import yaml
 from slurm_requests import OUTPUTS, capture
 
-from groupsparse.io import TIMING_COLUMNS, read_parquet
+from groupsparse.io.files import TIMING_COLUMNS, read_parquet
 
 from conftest import REPO
 from slurm_cluster import (  # noqa: F401  (slurm_cluster is the fixture)

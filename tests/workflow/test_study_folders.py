@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from groupsparse import io, preflight
+from groupsparse.io import files as io
+from groupsparse.study import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 

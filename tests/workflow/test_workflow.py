@@ -23,7 +23,7 @@ def test_parsing_the_workflow_never_imports_torch():
         "import sys, runpy\n"
         f"sys.path.insert(0, {str(REPO / 'src')!r})\n"
         "import yaml\n"
-        "from groupsparse.study import expand\n"
+        "from groupsparse.study.runs import expand\n"
         f"runs = expand(yaml.safe_load(open({str(REPO / 'config.yaml')!r})))\n"
         "assert 'torch' not in sys.modules, 'torch imported at parse time'\n"
         "assert 'sklearn' not in sys.modules\n"

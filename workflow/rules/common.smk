@@ -10,7 +10,9 @@ min_version("9.0")
 
 # The package lives in src/; make it importable at parse time even without `pip install -e`.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from groupsparse import costs, io, preflight  # noqa: E402  (torch-free)
+from groupsparse import costs  # noqa: E402  (torch-free
+from groupsparse.io import files as io
+from groupsparse.study import preflight
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results

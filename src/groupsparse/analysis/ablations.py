@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..io import InputError
+from ..io.files import InputError
 from .inputs import TRANSFER_COLUMNS, check_columns, downstreams, few_sizes, final_rows, transfer_curves, with_role
 from .stats import METRIC_RANGES, difference_interval, mean_interval
 

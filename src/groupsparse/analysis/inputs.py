@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..io import InputError
+from ..io.files import InputError
 
 TRAJECTORY_COLUMNS = (
     "run",

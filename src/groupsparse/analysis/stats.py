@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from ..seeding import numpy_generator
+from ..config.seeding import numpy_generator
 
 CONFIDENCE = 0.95  # two-sided intervals
 MIN_LEVELS = 3  # distinct x values a slope needs before it can decide a claim

@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..seeding import numpy_generator
-from ..tables import FINAL_METRICS
+from ..config.seeding import numpy_generator
+from ..io.tables import FINAL_METRICS
 from .fits import mean_curve_crossing
 from .stats import METRIC_RANGES, mean_interval, n_star, t_interval, widen
 

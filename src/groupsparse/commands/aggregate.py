@@ -20,8 +20,8 @@ def register(sub) -> None:
 def _concat(paths, kind):
     import pandas as pd
 
-    from .. import io
-    from ..tables import check_columns
+    from ..io import files as io
+    from ..io.tables import check_columns
 
     frames = []
     for path in paths:
@@ -32,7 +32,7 @@ def _concat(paths, kind):
 
 def _run_specs(paths) -> dict:
     """Each run's spec, from the provenance of its pretraining tables (for figure titles)."""
-    from .. import io
+    from ..io import files as io
 
     specs = {}
     for path in paths:
@@ -44,16 +44,16 @@ def _run_specs(paths) -> dict:
 
 def _write_both(df, stem: Path, prov) -> None:
     """Parquet for analysis, CSV for the HTML report (which renders CSV as a table)."""
-    from .. import io
+    from ..io import files as io
 
     io.write_parquet(df, stem.with_suffix(".parquet"), prov)
     io.write_text_atomic(stem.with_suffix(".csv"), df.to_csv(index=False, float_format="%.6g"))
 
 
 def run(args) -> int:
-    from .. import io
     from ..analysis import summary
-    from ..specs import config_hash
+    from ..config.specs import config_hash
+    from ..io import files as io
 
     study = (
         json.loads(Path(args.study_json).read_text())

@@ -13,8 +13,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import io
-    from ..tables import check_table
+    from ..io import files as io
+    from ..io.tables import check_table
 
     checked = []
     for kind, paths in (("trajectory", args.trajectories), ("attention", args.attention), ("transfer", args.transfer)):

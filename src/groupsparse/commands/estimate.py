@@ -1,7 +1,7 @@
 """`groupsparse estimate`: how long a planned study takes, from the fitted cost model.
 
 Expands the study exactly as the Snakefile does (schema defaults filled, then
-groupsparse.study.expand) and prints, per rule and run, the job count, the predicted CPU
+groupsparse.study.runs.expand) and prints, per rule and run, the job count, the predicted CPU
 time, wall time and memory per job, the scheduler request (with the safety margins of
 groupsparse.costs), and the totals. Nothing is run; torch is not imported.
 """
@@ -25,7 +25,7 @@ def register(sub) -> None:
 def load_study(path: str) -> dict:
     import yaml
 
-    from ..specs import ConfigError
+    from ..config.specs import ConfigError
 
     try:
         config = yaml.safe_load(Path(path).read_text())
@@ -45,7 +45,7 @@ def load_study(path: str) -> dict:
 
 def run(args) -> int:
     from .. import costs
-    from ..study import expand
+    from ..study.runs import expand
 
     config = load_study(args.configfile)
     runs = expand(config)

@@ -25,9 +25,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from .. import io
+    from ..config.specs import ConfigError, RunSpec
     from ..figures.images import attention_figure, describe, examples_figure
-    from ..specs import ConfigError, RunSpec
+    from ..io import files as io
 
     spec = RunSpec.from_dict(args.spec)
     if spec.task.kind != "images":

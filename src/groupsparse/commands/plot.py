@@ -20,8 +20,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import io
     from ..figures import runs as figures
+    from ..io import files as io
 
     tables = Path(args.tables)
     traj = io.read_parquet(tables / "pretrain_trajectories.parquet")

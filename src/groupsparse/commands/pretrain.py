@@ -28,14 +28,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..specs import RunSpec
+    from ..config.specs import RunSpec
 
     spec = RunSpec.from_dict(args.spec)  # before importing torch: a bad setting fails in a fraction of a second
     if args.device:
         spec = RunSpec.from_dict(spec.to_dict() | {"device": args.device})
-    from .. import io
-    from ..pretrain import DIVERGE_FACTOR, DIVERGE_PATIENCE, Trainer, checkpoint_payload
-    from ..progress import Progress
+    from ..io import files as io
+    from ..io.progress import Progress
+    from ..training.pretrain import DIVERGE_FACTOR, DIVERGE_PATIENCE, Trainer, checkpoint_payload
 
     set_threads(args.threads)
     print(

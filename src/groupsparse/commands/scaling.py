@@ -103,7 +103,7 @@ def read_named(specs: list[str], what: str):
     """Concatenate tables given as PATH or RUN=PATH, with a ``run`` column."""
     import pandas as pd
 
-    from .. import io
+    from ..io import files as io
 
     frames, inputs = [], {}
     for spec in specs:
@@ -128,12 +128,12 @@ def read_named(specs: list[str], what: str):
 def run(args) -> int:
     from dataclasses import asdict
 
-    from .. import io
     from ..analysis.claims import analyse
     from ..analysis.scaling_laws import Settings
     from ..analysis.stats import CONFIDENCE, VERDICT_RULE
+    from ..config.specs import config_hash
     from ..figures import scaling as scaling_figures
-    from ..specs import config_hash
+    from ..io import files as io
 
     if args.n_boot < 100:
         raise io.InputError(f"--n-boot: need at least 100 resamples for a {CONFIDENCE:.0%} interval, got {args.n_boot}")

@@ -1,5 +1,5 @@
 """`groupsparse snapshot`: copy a finished run's main figures to docs/ and write its
-tables as Markdown into the README (between the RESULTS markers); see :mod:`groupsparse.report`."""
+tables as Markdown into the README (between the RESULTS markers); see :mod:`groupsparse.io.report`."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..report import results_commit_problem, write_snapshot
+    from ..io.report import results_commit_problem, write_snapshot
 
     problem = results_commit_problem(args.results)
     if problem and not args.allow_dirty:
-        from ..io import InputError
+        from ..io.files import InputError
 
         raise InputError(f"{problem}; commit, rerun the study, then snapshot (or --allow-dirty)")
 

@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 
 def job_status(log: Path, benchmark: Path, now: float) -> tuple[str, str]:
-    from ..progress import PATTERN
+    from ..io.progress import PATTERN
 
     text = log.read_text(errors="replace").splitlines() if log.is_file() else []
     errors = [line for line in text if ERROR.match(line)]

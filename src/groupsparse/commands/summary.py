@@ -21,7 +21,7 @@ def register(sub) -> None:
 def run(args) -> int:
     import pandas as pd
 
-    from .. import io
+    from ..io import files as io
 
     df = io.read_parquet(args.table)
     for cond in args.where:

@@ -54,8 +54,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import io
-    from ..specs import ConfigError, RunSpec
+    from ..config.specs import ConfigError, RunSpec
+    from ..io import files as io
     from ..transfer.spec import TransferSpec, check_grid
 
     raw = args.spec
@@ -119,7 +119,7 @@ def progress_printer(total: int):
     work of a fit grows with its n): `progress: 1200/8000 sample-fits (15%), ... left`."""
     import re
 
-    from ..progress import Progress
+    from ..io.progress import Progress
 
     bar, done = Progress(total, "sample-fits"), [0]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io import atomic_path
+from ..io.files import atomic_path
 
 # The one matplotlib style of every figure.
 STYLE = {

@@ -52,11 +52,11 @@ def examples_figure(spec, tensors, meta, title: str, outdir, count: int, seed: i
     import numpy as np
     import torch
 
-    from ..data import make_task
-    from ..io import InputError
-    from ..model import embed, forward
-    from ..pretrain import DTYPES
-    from ..seeding import task_identity, torch_generator
+    from ..config.seeding import task_identity, torch_generator
+    from ..data.synthetic import make_task
+    from ..io.files import InputError
+    from ..model.transformer import embed, forward
+    from ..training.pretrain import DTYPES
 
     plt = pyplot()
 

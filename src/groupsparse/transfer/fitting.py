@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..specs import RunSpec
+from ..config.specs import RunSpec
 
 EVAL_CHUNK = 2048
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..model import _scores, embed, forward, init_params, loss_and_grads_closed_form, token_width
+from ..model.transformer import _scores, embed, forward, init_params, loss_and_grads_closed_form, token_width
 from .fitting import EVAL_CHUNK, Context, FitOutput, OnlineEval, _chunked, _per_seed, _shared, per_entry
 
 

@@ -27,10 +27,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .. import io
-from ..seeding import torch_generator
-from ..specs import RunSpec, config_hash
-from ..tables import TRANSFER_COLUMNS
+from ..config.seeding import torch_generator
+from ..config.specs import RunSpec, config_hash
+from ..io import files as io
+from ..io.tables import TRANSFER_COLUMNS
 from .methods import METHODS, Context, OnlineEval, net_steps, warm_up_group_lasso
 from .spec import ONLINE_METHODS, TransferSpec, check_grid
 from .tasks import (

@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..specs import DTYPES, _check, _choice, config_hash
+from ..config.specs import DTYPES, _check, _choice, config_hash
 
 # pretrained_finetune / pretrained_frozen_W start from the pretrained v (the paper's protocol as
 # we read it); the _v0 variants reset v to 0 (a fresh read-out) and keep the pretrained W;

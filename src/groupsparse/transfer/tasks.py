@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from .. import data
-from ..io import InputError
-from ..model import init_params, token_width
-from ..seeding import task_identity, torch_generator
-from ..specs import ConfigError, RunSpec
+from ..config.seeding import task_identity, torch_generator
+from ..config.specs import ConfigError, RunSpec
+from ..data import synthetic as data
+from ..io.files import InputError
+from ..model.transformer import init_params, token_width
 from .spec import TransferSpec
 
 
@@ -101,7 +101,7 @@ def _image_transfer(run_spec: RunSpec, seed: int, spec: TransferSpec):
                 f"transfer.{key}: applies to synthetic tasks only; the task is an image task "
                 "(its downstream task is task.transfer_classes); set it to null"
             )
-    from ..images import image_downstream_task
+    from ..data.images import image_downstream_task
 
     return image_downstream_task(run_spec, seed)
 
@@ -131,7 +131,7 @@ class Pretrained:
 
 def check_checkpoint(run_spec: RunSpec, tensors: dict, meta: dict, path: str | Path) -> Pretrained:
     """Refuse a checkpoint that does not belong to ``run_spec`` (InputError naming the value)."""
-    if meta.get("kind") != "groupsparse.pretrain":
+    if meta.get("kind") != "groupsparse.training.pretrain":
         raise InputError(f"{path}: not a pretraining checkpoint (kind {meta.get('kind')!r})")
     stored = meta.get("spec", {}).get("task", {})
     for key in ("d", "D"):

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .schema import check_study
-from .specs import ConfigError, RunSpec
-from .transfer.spec import METHODS, TransferSpec
+from ..config.schema import check_study
+from ..config.specs import ConfigError, RunSpec
+from ..transfer.spec import METHODS, TransferSpec
 
 TRANSFER_JOB_KEYS = ("enabled", "methods", "sizes", "method_groups")
 

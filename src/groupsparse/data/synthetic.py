@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .seeding import torch_generator
-from .specs import TaskSpec
+from ..config.seeding import torch_generator
+from ..config.specs import TaskSpec
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .io import InputError
+from .files import InputError
 
 # What a pretraining run records per seed at its last step (summaries report each with an interval).
 FINAL_METRICS = (

@@ -12,7 +12,7 @@ import re
 import shutil
 from pathlib import Path
 
-from . import io
+from . import files as io
 
 BEGIN, END = "<!-- RESULTS:BEGIN -->", "<!-- RESULTS:END -->"
 RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters", "transfer_accuracy")

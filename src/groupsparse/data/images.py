@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .io import InputError
-from .preflight import CIFAR_BATCHES, CIFAR_FOLDER, cifar_folder, cifar_folder_problem  # noqa: F401 (re-exported)
-from .seeding import numpy_generator, torch_generator
-from .specs import IMAGE_DATASETS, ConfigError, ImageTaskSpec, pool_dims
+from ..config.seeding import numpy_generator, torch_generator
+from ..config.specs import IMAGE_DATASETS, ConfigError, ImageTaskSpec, pool_dims
+from ..io.files import InputError
+from .cifar import CIFAR_BATCHES, CIFAR_FOLDER, cifar_folder, cifar_folder_problem  # noqa: F401 (re-exported)
 
 CIFAR_PIXELS = 3 * 32 * 32
 SPLITS = ("train", "test")
@@ -347,7 +347,7 @@ def make_image_task(spec: ImageTaskSpec, *identity: object, classes: tuple[str, 
 
 def image_downstream_task(run_spec, seed: int, transfer_classes: tuple[str, str] | None = None) -> ImageGroupTask:
     """The transfer task of a repetition: another class pair (default ``task.transfer_classes``), same j*."""
-    from .seeding import task_identity
+    from ..config.seeding import task_identity
 
     spec = run_spec.task
     if not isinstance(spec, ImageTaskSpec):

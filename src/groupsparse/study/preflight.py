@@ -11,16 +11,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .schema import fill_defaults, one_line, schema_problem, shown
+from ..config.schema import fill_defaults, one_line, schema_problem, shown
+from ..data.cifar import cifar_folder_problem
 
 # Nodes a config may hold once YAML aliases are expanded (the default study has about 400).
 MAX_CONFIG_NODES = 100_000
-
-# the files of an extracted cifar-10-python.tar.gz (images.py reads them; kept here, torch-free,
-# so the same check runs at parse time and before loading)
-CIFAR_FOLDER = "cifar-10-batches-py"
-CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
-CIFAR_FILES = ("batches.meta",) + CIFAR_BATCHES
 
 
 def _strict_loader():
@@ -96,27 +91,6 @@ def config_file_problem(path: str | os.PathLike) -> str | None:
             f"{path}: the config expands to more than {MAX_CONFIG_NODES} values once its YAML "
             "aliases are resolved (an alias bomb?); write the values out"
         )
-    return None
-
-
-def cifar_folder(path: str | os.PathLike) -> Path:
-    """``path`` itself, or the cifar-10-batches-py folder inside it."""
-    folder = Path(path).expanduser()
-    return folder / CIFAR_FOLDER if (folder / CIFAR_FOLDER).is_dir() else folder
-
-
-def cifar_folder_problem(path: str, where: str) -> str | None:
-    """None if ``path`` is (or holds) a complete cifar-10-batches-py folder, else why not."""
-    folder = cifar_folder(path)
-    if not folder.is_dir():
-        return (
-            f"{where}: {path!r} is not a folder (resolved from {Path.cwd()}); allowed: the extracted "
-            f"{CIFAR_FOLDER} folder or its parent (download cifar-10-python.tar.gz yourself; "
-            "the workflow never downloads)"
-        )
-    missing = [name for name in CIFAR_FILES if not (folder / name).is_file()]
-    if missing:
-        return f"{where}: {folder} is an incomplete {CIFAR_FOLDER} folder, missing {', '.join(missing)}"
     return None
 
 
@@ -222,8 +196,8 @@ def check_study(config: dict[str, Any], schema: dict[str, Any], config_files=(),
 
 
 def _check_study(config, schema, config_files, results) -> dict:
-    from .specs import ConfigError
-    from .study import expand
+    from ..config.specs import ConfigError
+    from .runs import expand
 
     for path in config_files:
         problem = config_file_problem(path)
@@ -245,13 +219,13 @@ def _check_study(config, schema, config_files, results) -> dict:
     problems = reference_problems(config, runs)
     if problems:
         raise StudyRefused(f"invalid configuration: {problems[0]}")
-    from .costs import check_memory  # the fitted cost model: absurd sizes stop here, not in a job
+    from ..costs import check_memory  # the fitted cost model: absurd sizes stop here, not in a job
 
     jobs = config.get("jobs") or {}
     problems = check_memory(runs, limit_mb=jobs.get("max_mem_mb"))
     if problems:
         raise StudyRefused(f"cannot run the study: {problems[0]} (jobs.max_mem_mb)")
-    from .costs import fit_chunks  # seed chunks small enough for jobs.max_runtime_min (same numbers)
+    from ..costs import fit_chunks  # seed chunks small enough for jobs.max_runtime_min (same numbers)
 
     problems = fit_chunks(
         runs,

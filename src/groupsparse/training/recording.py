@@ -1,15 +1,15 @@
 """What pretraining records: the recording grid, and the Trainer's evaluation, per-step metrics
 (loss, accuracy, attention on j* averaged and minimised over queries, v and W norms) and attention
-matrices. A mixin of :class:`groupsparse.pretrain.Trainer`, kept apart so each file does one job."""
+matrices. A mixin of :class:`groupsparse.training.pretrain.Trainer`, kept apart so each file does one job."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from . import fastpath
-from .model import forward, logistic_loss
-from .specs import RunSpec
+from ..config.specs import RunSpec
+from ..model import fastpath
+from ..model.transformer import forward, logistic_loss
 
 N_LOG_STEPS = 40
 
@@ -44,7 +44,7 @@ def _attention_per_query(mean_attn: torch.Tensor, relevant: torch.Tensor) -> tor
 
 
 class Recording:
-    """Evaluation and metrics of a :class:`~groupsparse.pretrain.Trainer` (uses its attributes)."""
+    """Evaluation and metrics of a :class:`~groupsparse.training.pretrain.Trainer` (uses its attributes)."""
 
     # -- recording ------------------------------------------------------------------
     def eval_forward(self):

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .specs import ModelSpec
+from ..config.specs import ModelSpec
 
 
 def sine_positions(D: int, dtype: torch.dtype = torch.float64, device="cpu") -> torch.Tensor:

@@ -20,7 +20,7 @@ from .errors import ConfigError
 
 # What an error message may quote of a bad value: a YAML alias bomb must not be printed whole.
 MAX_SHOWN = 120
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @functools.cache

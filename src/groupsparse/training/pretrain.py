@@ -15,12 +15,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from . import cpu, fastpath, io
-from .data import GroupSparseTask, make_task
-from .model import embed, forward, init_params, logistic_loss, sine_positions, token_width
+from ..config.seeding import task_identity, torch_generator
+from ..config.specs import RunSpec
+from ..data.synthetic import GroupSparseTask, make_task
+from ..io import files as io
+from ..model import cpu, fastpath
+from ..model.transformer import embed, forward, init_params, logistic_loss, sine_positions, token_width
 from .recording import Recording, attention_steps, record_steps  # noqa: F401 (re-exported)
-from .seeding import task_identity, torch_generator
-from .specs import RunSpec
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # A seed has diverged when its training loss is not finite, or exceeds this many times its loss at
@@ -339,7 +340,7 @@ def checkpoint_payload(spec: RunSpec, res: PretrainResult, seeds: list[int]):
     if all(hasattr(t, "directions") for t in res.tasks):  # image tasks have none
         tensors["task.directions"] = torch.stack([t.directions for t in res.tasks])
     meta = {
-        "kind": "groupsparse.pretrain",
+        "kind": "groupsparse.training.pretrain",
         "spec": spec.to_dict(),
         "science_hash": spec.science_hash(),
         "seeds": seeds,

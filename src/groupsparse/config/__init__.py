@@ -1,0 +1,1 @@
+"""Settings: the schema, run specs, errors, seeds derived from an experiment's identity."""

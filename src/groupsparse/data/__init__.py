@@ -1,0 +1,1 @@
+"""Inputs: synthetic group-sparse tasks and real images."""

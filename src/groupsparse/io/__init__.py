@@ -1,0 +1,1 @@
+"""Files: atomic writes, tables and their columns, the README snapshot, progress lines."""

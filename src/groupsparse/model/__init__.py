@@ -1,0 +1,1 @@
+"""The paper's transformer and its fast training kernels."""

@@ -1,0 +1,1 @@
+"""A study: its config expanded into runs and checked before any job."""

@@ -1,0 +1,1 @@
+"""Pretraining by (population) gradient descent and its recording."""
