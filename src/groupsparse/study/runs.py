@@ -160,17 +160,46 @@ def expand(config: dict) -> dict[str, Run]:
                 runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
         check = scaling.get("batch_check")
         if check:  # the same (d, D) at other batches, pretraining only (docs/STUDY.md section 6.4)
-            d, D = check["d"], check["D"]
-            for b in check["batches"]:
-                name = f"scale_d{d}_D{D}_batch{b}"
-                entry = {
-                    "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
-                    "task": base | {"d": d, "D": D},
-                    "pretrain": _scaling_pretrain(config, scaling, D) | {"batch": b},
-                    "transfer": {"enabled": False},
-                    "dtype": scaling.get("dtype"),
-                }
-                runs[name] = _make_run(config, name, entry, "scaling", f"scaling.batch_check[{b}]", f"batch{b}")
+            d = check["d"]
+            Ds = check["D"] if isinstance(check["D"], list) else [check["D"]]
+            stray = sorted(set(Ds) - set(scaling["D_grid"]))
+            if stray:
+                raise ConfigError(f"scaling.batch_check.D: {stray} not in scaling.D_grid {scaling['D_grid']}")
+            for D in Ds:
+                for b in check["batches"]:
+                    name = f"scale_d{d}_D{D}_batch{b}"
+                    entry = {
+                        "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
+                        "task": base | {"d": d, "D": D},
+                        "pretrain": _scaling_pretrain(config, scaling, D) | {"batch": b},
+                        "transfer": {"enabled": False},
+                        "dtype": scaling.get("dtype"),
+                    }
+                    runs[name] = _make_run(config, name, entry, "scaling", f"scaling.batch_check[{b}]", f"batch{b}")
+        stability = scaling.get("stability")
+        if stability:  # ordinary training (autograd, a perturbed start) at every D of the grid
+            d = stability["d"]
+            for vname, variant in stability["variants"].items():
+                Ds = variant.get("D_grid", scaling["D_grid"])
+                stray = sorted(set(Ds) - set(scaling["D_grid"]))
+                if stray:
+                    raise ConfigError(
+                        f"scaling.stability.variants.{vname}.D_grid: {stray} not in scaling.D_grid {scaling['D_grid']}"
+                    )
+                for D in Ds:
+                    name = f"stab_{vname}_d{d}_D{D}"
+                    pre = deep_merge(scaling.get("pretrain") or {}, variant.get("pretrain"))
+                    pre |= {"seeds": stability["seeds"], "seeds_per_job": stability["seeds"]}
+                    pre["steps"] = math.ceil(float(stability["steps_per_D3"]) * D**3)
+                    entry = {
+                        "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
+                        "task": base | {"d": d, "D": D},
+                        "model": variant.get("model"),
+                        "pretrain": pre,
+                        "transfer": {"enabled": False},
+                        "dtype": variant.get("dtype") or scaling.get("dtype"),
+                    }
+                    runs[name] = _make_run(config, name, entry, "scaling", f"scaling.stability.variants.{vname}", vname)
 
     ablations = config.get("ablations") or {}
     if ablations.get("enabled", False):
