@@ -4,11 +4,13 @@ matrices. A mixin of :class:`groupsparse.training.pretrain.Trainer`, kept apart 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
 from ..config.specs import RunSpec
-from ..model import fastpath
+from ..model import cpu, fastpath, symmetric
 from ..model.transformer import forward, logistic_loss
 
 N_LOG_STEPS = 40
@@ -65,6 +67,15 @@ class Recording:
         W, v = self.params["layer0.W"], self.params["v"]
 
         def one(s):
+            Xs = self._eval_features[s]
+            if (
+                fastpath.SYMMETRIC_KERNEL
+                and Xs.shape[1] >= fastpath.SYMMETRIC_MIN_D
+                and symmetric.on_subspace(W[s], v[s], Xs.shape[0])
+            ):  # large D from the zero start: the mirror half has outputs -f and the same attention
+                with cpu.denormals_flushed() if Xs.device.type == "cpu" else contextlib.nullcontext():
+                    f, mean = symmetric.forward(W[s], v[s], Xs, self.positions, self.scale)
+                return (torch.cat([f, -f]) if self._eval_mirrored else f), mean
             f, attn = fastpath.seed_forward(
                 W[s], v[s], self._eval_features[s], self.positions, self.scale, self._eval_mirrored
             )
