@@ -530,6 +530,7 @@ def sweep_section(torch, table, args, ceilings) -> float | None:
     """Trainer.step() (draw, kernel, descent) for one seed, float64, batch 1024 (the scaling grid's), at
     d in SWEEP_d and D in SWEEP_D, beside the FLOP model. Returns the largest point's fraction of the
     float64 GEMM ceiling (dense FLOP count), or None if it was not in the sweep."""
+    from groupsparse.model import fastpath, symmetric
     from groupsparse.model.fastpath import dense_flops, kernel_flops
 
     dtype, B = LARGEST["dtype"], LARGEST["batch"]
@@ -543,11 +544,15 @@ def sweep_section(torch, table, args, ceilings) -> float | None:
             # at least 5 blocks even with --quick: a step at D = 64 is one block of ~0.1 s, easily disturbed
             ts = timed_blocks({"step": functools.partial(block, steps)}, max(5, args.repeats // 2))["step"]
             times[(d, D)] = (min(ts) / steps, statistics.median(ts) / steps)
+
+    def own_flops(B, D, d):  # the kernel that runs from the zero start: symmetric.py's from SYMMETRIC_MIN_D on
+        return (symmetric.flops if D >= fastpath.SYMMETRIC_MIN_D else kernel_flops)(B, D, d)
+
     ref = (SWEEP_d[-1], SWEEP_D[-1])
-    per_kflop = times[ref][0] / kernel_flops(B, ref[1], ref[0])  # seconds per kernel FLOP at the largest point
+    per_kflop = times[ref][0] / own_flops(B, ref[1], ref[0])  # seconds per kernel FLOP at the largest point
     fraction = None
     for (d, D), (best, med) in times.items():
-        dense, kern = dense_flops(B, D, d), kernel_flops(B, D, d)
+        dense, kern = dense_flops(B, D, d), own_flops(B, D, d)
         model = kern * per_kflop
         table.add(
             "large D",

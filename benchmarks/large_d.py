@@ -25,12 +25,13 @@ SWEEP_BATCHES = (128, 256, 512)  # configs/theorem.yaml: scaling.batch_check bes
 def symmetric_kernel(on: bool):
     from groupsparse.model import fastpath
 
-    before = fastpath.SYMMETRIC_KERNEL
-    fastpath.SYMMETRIC_KERNEL = on
+    before = fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D
+    # on: at every D, so the D = 16 row shows why the study switches only from SYMMETRIC_MIN_D on
+    fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D = on, (1 if on else before[1])
     try:
         yield
     finally:
-        fastpath.SYMMETRIC_KERNEL = before
+        fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D = before
 
 
 def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]:
