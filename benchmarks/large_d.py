@@ -147,8 +147,8 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
         _, grads = tr.step_grads(drawn)
     W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
     seeds = range(SEEDS)
-    XA = [symmetric.scores(W[s], drawn[s][0], P, sc) for s in seeds]
-    S = [symmetric.softmax(A.clone()) for _, A in XA]  # in place: the scores stay for the softmax's timing
+    XA = [symmetric.scores(W[s], v[s], drawn[s][0], P, sc) for s in seeds]
+    S = [symmetric.softmax(A.clone()) for _, A, _ in XA]  # in place: the scores stay for the softmax's timing
     active = torch.ones(SEEDS, dtype=torch.bool)
     item = torch.finfo(tr.dtype).bits // 8
     costs = symmetric.phase_costs(BATCH, D, d, item)
@@ -156,10 +156,10 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
     flushed = cpu.denormals_flushed
     parts = {
         "draw": (tr.draw, (0, item * d * D * BATCH // 2)),
-        "scores": (lambda: [symmetric.scores(W[s], drawn[s][0], P, sc) for s in seeds], costs["scores"]),
+        "scores": (lambda: [symmetric.scores(W[s], v[s], drawn[s][0], P, sc) for s in seeds], costs["scores"]),
         "softmax + exp": (lambda: [symmetric.softmax(XA[s][1]) for s in seeds], costs["softmax"]),
         "backward": (
-            lambda: [symmetric.backward(W[s], v[s], XA[s][0], S[s], drawn[s][1], P, sc) for s in seeds],
+            lambda: [symmetric.backward(W[s], v[s], XA[s][0], S[s], XA[s][2], drawn[s][1], P, sc) for s in seeds],
             costs["backward"],
         ),
         "descent": (lambda: tr.descend(grads, active), (2 * (m * m + m), 3 * item * (m * m + m))),

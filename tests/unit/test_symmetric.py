@@ -57,7 +57,7 @@ def test_kernel_equals_the_general_kernel_on_the_subspace(d, D, H, scale, monkey
 
 def test_forward_equals_the_general_forward():
     W, v, X, y, P = subspace_inputs(4, 24, 300)
-    f, mean = symmetric.forward(W, v, X, P, 0.5, chunk=128)  # three chunks, the last one short
+    f, mean = symmetric.forward(W, v, X.permute(2, 1, 0).contiguous(), P, 0.5, chunk=128)  # 3 chunks, 1 short
     f_ref, attn = fastpath.seed_forward(W, v, X, P, 0.5, antithetic=False)
     assert torch.allclose(f, f_ref[0], rtol=0, atol=1e-12 * float(f_ref.abs().max()))
     assert torch.allclose(mean, attn.mean(dim=(0, 3)), rtol=0, atol=1e-15)

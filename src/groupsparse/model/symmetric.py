@@ -19,8 +19,8 @@ in float32 and float64, on a CPU or a GPU. Each seed runs the same operations on
 alone or among others, so batched seeds give the bits of single-seed runs.
 
 FLOP count per sample (H = B/2 of them), counting a multiply-add as 2 and an exponential as 1,
-what the kernel executes: Q = X Wff 2 D d^2, scores 2 d D^2, constant block D^2, softmax 5 D^2
-(max, subtract, exp, sum, divide); backward: u 2 D d, u X d D, the one product with S
+what the kernel executes: Q = X Wff and u = X v1 2 D d (d + 1), scores 2 d D^2, constant block
+D^2, softmax 5 D^2 (max, subtract, exp, sum, divide); backward: u X d D, the one product with S
 2 (2d + 1) D^2 (twice the gradient rows' 2 d D^2: it trades FLOPs for the passes over dL/dA that
 it saves), the gradient rows 3 d D, the Wff gradient 2 D d^2, the v1 gradient 2 d D, the sum
 of dL/dA 3 D^2: ``flops``, by phase ``phase_costs``.
@@ -44,10 +44,10 @@ def phase_costs(B: int, D: int, d: int, itemsize: int) -> dict[str, tuple[int, i
     constant block), softmax 2, backward 2 (the product with S, the sum of dL/dA)."""
     H, s = B // 2, itemsize
     return {
-        "scores": (H * (2 * D * d * d + 2 * d * D * D + D * D), s * H * (5 * d * D + 3 * D * D)),
+        "scores": (H * (2 * D * d * (d + 1) + 2 * d * D * D + D * D), s * H * (6 * d * D + 3 * D * D)),
         "softmax": (H * 5 * D * D, s * H * 2 * D * D),
         "backward": (
-            H * (2 * (2 * d + 1) * D * D + 3 * D * D + 2 * D * d * d + 10 * d * D),
+            H * (2 * (2 * d + 1) * D * D + 3 * D * D + 2 * D * d * d + 6 * d * D),
             s * H * (2 * D * D + 12 * d * D),
         ),
     }
@@ -58,30 +58,35 @@ def on_subspace(W: torch.Tensor, v: torch.Tensor, d: int) -> bool:
     return not (bool(W[:d, d:].any()) or bool(W[d:, :d].any()) or bool(v[d:].any()))
 
 
-def scores(W, Xi, P, scale: float):
-    """X (H, D, d) and the scores A (H, D, D) [sample, query j, key i] in natural units."""
-    d, D, H = Xi.shape
-    X = Xi.permute(2, 1, 0).contiguous()  # (H, D, d)
-    # Q = X (scale Wff) computed as its transpose: a (d x d) by (d x H D) product is wide enough for
-    # BLAS (the other way round, with N = d, it runs at a quarter of the speed); the batched product
-    # reads Q^T through its strides.
-    QT = (W[:d, :d] * scale).T @ X.view(H * D, d).T
-    A = torch.bmm(X, QT.T.unflatten(0, (H, D)).transpose(1, 2))
+def scores(W, v, Xi, P, scale: float):
+    """X (H, D, d), the scores A (H, D, D) [sample, query j, key i] in natural units, and the
+    values u = X v1 (H, D), for samples Xi (d, D, H) (the draw's layout)."""
+    return scores_of(W, v, Xi.permute(2, 1, 0).contiguous(), P, scale)
+
+
+def scores_of(W, v, X, P, scale: float):
+    """``scores`` for samples X (H, D, d), contiguous."""
+    H, D, d = X.shape
+    # Q = X (scale Wff) and u = X v1 computed as one transposed product: a (d + 1 x d) by (d x H D)
+    # product is wide enough for BLAS (the other way round, with N = d, it runs at a quarter of the
+    # speed); the batched product reads Q^T through its strides.
+    QT = torch.cat([W[:d, :d] * scale, v[:d, None]], dim=1).T @ X.view(H * D, d).T
+    A = torch.bmm(X, QT[:d].T.unflatten(0, (H, D)).transpose(1, 2))
     A.add_(((P @ W[d:, d:] @ P.T) * scale).T.contiguous())  # [query j, key i]: the constant block
-    return X, A
+    return X, A, QT[d].view(H, D)
 
 
-def forward(W, v, Xi, P, scale: float = 1.0, chunk: int = 256):
+def forward(W, v, X, P, scale: float = 1.0, chunk: int = 256):
     """Outputs f (N,) and the attention averaged over samples (D, D) [key i, query j] of one seed
-    on the subspace, for samples Xi (d, D, N) (not mirrored). ``chunk`` samples at a time: an
-    evaluation set's (N, D, D) attention would be tens of MB, paid for in page faults."""
-    d, D, N = Xi.shape
+    on the subspace, for samples X (N, D, d) (not mirrored; the layout of a batch, contiguous).
+    ``chunk`` samples at a time: an evaluation set's (N, D, D) attention would be tens of MB,
+    paid for in page faults."""
+    N, D, _ = X.shape
     fs, total = [], torch.zeros(D, D, dtype=W.dtype, device=W.device)
     for b0 in range(0, N, chunk):
-        X, A = scores(W, Xi[:, :, b0 : b0 + chunk], P, scale)
+        _, A, u = scores_of(W, v, X[b0 : b0 + chunk], P, scale)
         S = softmax(A)
-        r = S.sum(1)  # the mass each key receives: f = sum_i u_i r_i
-        fs.append(((X @ v[:d]) * r).sum(-1))
+        fs.append((u * S.sum(1)).sum(-1))  # f = sum_i u_i r_i, r_i the mass key i receives
         total += S.sum(0)
     return torch.cat(fs), (total / N).T
 
@@ -92,8 +97,8 @@ def loss_and_grads(W, v, Xi, y, P, scale: float = 1.0):
     Arguments as ``fastpath.seed_loss_and_grads`` with ``antithetic``: Xi (d, D, H) is the first
     half of the batch [X, -X], y (H,) its labels. The caller checks ``on_subspace``.
     """
-    X, A = scores(W, Xi, P, scale)
-    return backward(W, v, X, softmax(A), y, P, scale)
+    X, A, u = scores(W, v, Xi, P, scale)
+    return backward(W, v, X, softmax(A), u, y, P, scale)
 
 
 def softmax(A: torch.Tensor) -> torch.Tensor:
@@ -104,12 +109,12 @@ def softmax(A: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten._softmax.out(A, -1, False, out=A)
 
 
-def backward(W, v, X, S, y, P, scale: float):
-    """Outputs, loss and the gradients from the attention S (H, D, D) and the samples X (H, D, d)."""
+def backward(W, v, X, S, u, y, P, scale: float):
+    """Outputs, loss and the gradients from the attention S (H, D, D), the samples X (H, D, d) and
+    their values u (H, D)."""
     H, D, d = X.shape
     m = d + D
     Xt = X.transpose(1, 2)  # (H, d, D)
-    u = (X.reshape(H * D, d) @ v[:d]).view(H, D)
     # One batched product gives all that the gradient needs from S besides its sum over samples:
     # [X^T; (u X)^T; u^T] S^T = [(S X)^T; (S diag(u) X)^T; (S u)^T], (2d + 1) x D per sample, the
     # wide orientation for BLAS. With dL/dA = g S o (1 u^T - ubar 1^T) (ubar = S u), the gradient
