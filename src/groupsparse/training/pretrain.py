@@ -123,6 +123,7 @@ class Trainer(Recording):
         self.resume_path = Path(resume_path) if resume_path else None
         self.resume_every = resume_every
         self.resume_seconds = resume_seconds
+        self._saved_rows: dict[str, tuple[int, torch.Tensor]] = {}  # see _rows_table
 
     # -- one step -------------------------------------------------------------------
     def batch(self):
@@ -238,10 +239,8 @@ class Trainer(Recording):
         # the recorded rows as float64 matrices (exact for their floats and integer ids), not JSON: a D = 64
         # run records some 10^5 rows, which as JSON would near safetensors' 100 MB header limit
         cols = list(rows[0]) if rows else []
-        tensors["rows"] = torch.tensor([[row[c] for c in cols] for row in rows], dtype=torch.float64)
-        tensors["attention_rows"] = torch.tensor(
-            [[row[c] for c in ATT_COLUMNS] for row in att_rows], dtype=torch.float64
-        )
+        tensors["rows"] = self._rows_table("rows", rows, cols)
+        tensors["attention_rows"] = self._rows_table("attention_rows", att_rows, ATT_COLUMNS)
         meta = {
             "science_hash": self.spec.science_hash(),
             "seeds": self.seeds,
@@ -255,6 +254,17 @@ class Trainer(Recording):
             "steps_above_bound": above,
         }
         io.save_checkpoint(self.resume_path, tensors, meta)
+
+    def _rows_table(self, key: str, rows: list[dict], cols: list[str]) -> torch.Tensor:
+        """``rows`` as a float64 matrix, converting only the rows added since the last call: the lists only
+        grow, and converting a D = 64 run's 10^5 rows anew would take seconds at every save."""
+        done, table = self._saved_rows.get(key, (0, torch.zeros(0, len(cols), dtype=torch.float64)))
+        if done > len(rows) or table.shape[1] != len(cols):
+            done, table = 0, torch.zeros(0, len(cols), dtype=torch.float64)
+        new = torch.tensor([[row[c] for c in cols] for row in rows[done:]], dtype=torch.float64)
+        table = torch.cat([table, new.reshape(len(rows) - done, len(cols))])
+        self._saved_rows[key] = (len(rows), table)
+        return table
 
     def _load_resume(self):
         if not (self.resume_path and self.resume_path.exists()):
