@@ -139,7 +139,7 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
 
 def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
     """Each part of a step timed alone on one drawn batch (5 seeds), beside its FLOPs and bytes."""
-    from groupsparse.model import cpu, symmetric
+    from groupsparse.model import cpu, fastpath, symmetric
 
     tr = trainers["symmetric"]
     with symmetric_kernel(True):
@@ -185,7 +185,14 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
             "ms/seed-step",
             fl / t / 1e9 if fl else None,
             ceiling if fl else None,
-            note=f"{fl / 1e6:.2f} MFLOP" + (f", {by / 1e6:.2f} MB: {by / t / 1e9:.1f} GB/s" if by else ""),
+            note=f"{fl / 1e6:.2f} MFLOP"
+            + (f", {by / 1e6:.2f} MB: {by / t / 1e9:.1f} GB/s" if by else "")
+            + (
+                f"; dense count {fastpath.dense_flops(BATCH, D, d) / t / 1e9:.1f} GFLOP/s"
+                if name == "whole step"
+                else ""
+            )
+            + ("; % ceiling by this part's own FLOPs" if name not in ("draw", "whole step") else ""),
         )
     _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)
 
