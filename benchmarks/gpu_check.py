@@ -13,7 +13,10 @@
 3. the benchmark at the largest scaling point (d = 40, D = 64, float64, batch 1024, 5 seeds: one job of
    configs/scaling.yaml) and at the default size (float32, d = D = 10, batch 2048, 5 seeds): steps per
    second, and the share of the GPU's matmul peak measured here (torch.mm, square 8192) by the dense
-   FLOP count (what benchmarks/bench.py reports on a CPU) and by the kernel's own FLOP model.
+   FLOP count (what benchmarks/bench.py reports on a CPU) and by the kernel's own FLOP model;
+4. the theorem test's points (issue 23): d = 10, D = 32 and 64, float32, batch 512, 5 seeds batched,
+   on the symmetric-subspace kernel (model/symmetric.py, pure torch): steps/s and the projected
+   hours of the D = 64 point (5 seeds x 2 D^3 steps).
 
 Exits 1 if a test or the workflow fails. Nothing here needs a network.
 """
@@ -97,6 +100,7 @@ def step_rate(torch, d: int, D: int, dtype: str, batch: int, seeds: int, batched
 
 
 def benchmark(torch) -> None:
+    from groupsparse.model import fastpath, symmetric
     from groupsparse.model.fastpath import dense_flops, kernel_flops
 
     n = 8192 if DEVICE == "cuda" else 1024
@@ -112,7 +116,9 @@ def benchmark(torch) -> None:
     for d, D, dt, B, S in ((40, 64, "float64", 1024, 5), (10, 10, "float32", 2048, 5)):
         for batched, label in ((True, "einsum contractions (GPU default)"), (False, "loop contractions (CPU default)")):
             rate = step_rate(torch, d, D, dt, B, S, batched, 5.0 if DEVICE == "cuda" else 1.0)
-            dense, kern = S * dense_flops(B, D, d), S * kernel_flops(B, D, d)
+            # the kernel that runs: antithetic batches from the zero start take the symmetric one from D = 24
+            own = symmetric.flops if D >= fastpath.SYMMETRIC_MIN_D else kernel_flops
+            dense, kern = S * dense_flops(B, D, d), S * own(B, D, d)
             rows.append(
                 (
                     f"d = {d}, D = {D}, {dt}, batch {B}, {S} seeds, {label}",
@@ -121,6 +127,21 @@ def benchmark(torch) -> None:
                     100 * rate * kern / 1e9 / peaks[dt],
                 )
             )
+    # the theorem test's points (issue 23): d = 10, batch 512, 5 seeds, float32, on the symmetric subspace
+    for D in (32, 64):
+        rate = step_rate(torch, 10, D, "float32", 512, 5, None, 5.0 if DEVICE == "cuda" else 1.0)
+        dense, kern = 5 * dense_flops(512, D, 10), 5 * symmetric.flops(512, D, 10)
+        rows.append(
+            (
+                f"d = 10, D = {D}, float32, batch 512, 5 seeds (symmetric kernel)",
+                rate,
+                100 * rate * dense / 1e9 / peaks["float32"],
+                100 * rate * kern / 1e9 / peaks["float32"],
+            )
+        )
+        if D == 64:
+            point = 2 * D**3 / rate / 3600
+            print(f"D = 64 point (5 seeds batched x {2 * D**3} steps, recording not included): {point:.2f} h")
     print("\n| case | steps/s | % of the matmul peak (dense FLOPs) | % of the peak (kernel FLOP model) |")
     print("| --- | --- | --- | --- |")
     for case, rate, p_dense, p_kern in rows:
@@ -162,6 +183,7 @@ def main() -> int:
         "cuda",
         "tests/unit/test_fastpath.py",
         "tests/unit/test_pretrain.py",
+        "tests/unit/test_symmetric.py",
     ]
     if "tests" not in args.skip and sh(tests, cwd=ROOT):
         failed.append("CUDA tests")

@@ -17,7 +17,7 @@ import torch
 from groupsparse import cli
 from groupsparse.config.specs import ConfigError, RunSpec
 from groupsparse.io import files as io
-from groupsparse.training.pretrain import Trainer, checkpoint_payload
+from groupsparse.training.pretrain import Trainer, checkpoint_payload, record_steps
 
 from conftest import assert_same_run
 from conftest import tiny_spec as tiny
@@ -405,3 +405,37 @@ def test_accuracy_at_the_zero_start_is_chance_not_zero():
     res = Trainer(tiny(pretrain={"steps": 2, "record_every": 1}), [0, 1]).run()
     start = res.trajectory[res.trajectory["step"] == 0]
     assert (start["eval_accuracy"] == 0.5).all()
+
+
+def test_resume_state_saved_by_wall_time_resumes_bit_identically(tmp_path):
+    """resume_seconds = 0: a state after every step whatever resume_every says (a long run's wall-time
+    trigger); killed at batch 25, the run resumes from step 24 and ends as the uninterrupted one."""
+    spec = tiny(pretrain={"steps": 40, "record_every": 3, "attention_checkpoints": 4})
+    seeds = [0, 1]
+    reference = Trainer(spec, seeds).run()
+    state = tmp_path / "resume.safetensors"
+    with pytest.raises(Interrupted):
+        StopsAfter(spec, seeds, resume_path=state, resume_every=10**6, resume_seconds=0.0).run()
+    tensors, meta = io.load_checkpoint(state)
+    assert meta["step"] == 24 and "rows" not in meta  # the recorded rows travel as tensors, not JSON
+    assert tensors["rows"].shape[0] == 2 * sum(s < 24 for s in record_steps(40, 3))  # rows before step 24
+    resumed = Trainer(spec, seeds, resume_path=state, resume_every=10**6, resume_seconds=0.0).run()
+    assert resumed.resumed_from_step == 24
+    assert_same_run(reference, resumed, 0, 0)
+    assert_same_run(reference, resumed, 1, 1)
+
+
+def test_resume_reads_a_state_with_json_rows(tmp_path):
+    """A resume state written before the rows were stored as tensors (rows in its JSON) still resumes."""
+    spec = tiny(pretrain={"steps": 40, "record_every": 3, "attention_checkpoints": 4})
+    reference = Trainer(spec, [0]).run()
+    state = tmp_path / "resume.safetensors"
+    with pytest.raises(Interrupted):
+        StopsAfter(spec, [0], resume_path=state, resume_every=10).run()
+    tensors, meta = io.load_checkpoint(state)
+    old_meta = Trainer(spec, [0], resume_path=state)._load_resume()  # rows as dicts
+    meta |= {"rows": old_meta["rows"], "attention_rows": old_meta["attention_rows"]}
+    io.save_checkpoint(state, {k: t for k, t in tensors.items() if "rows" not in k}, meta)
+    resumed = Trainer(spec, [0], resume_path=state, resume_every=10).run()
+    assert resumed.resumed_from_step == 20
+    assert_same_run(reference, resumed, 0, 0)

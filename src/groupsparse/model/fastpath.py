@@ -17,6 +17,9 @@ Same numbers as ``model.loss_and_grads_closed_form`` (up to rounding), computed 
   multiplies by X once more folds the two halves before the matrix product.
 - One seed at a time: each seed runs the same operations on the same shapes whether it
   trains alone or among others, so batched seeds give the bits of single-seed runs.
+- On the symmetric subspace at large D (antithetic batches, v2 = Wfp = Wpf = 0: every run from the
+  zero start) the work is a (D x D) softmax per sample: ``symmetric.py`` computes it with batched
+  matmuls, once for both mirror halves (``SYMMETRIC_KERNEL``, ``SYMMETRIC_MIN_D``).
 - float32 on a CPU: the elementwise steps between the two matrix products, some 40 torch
   passes over (D, D, B/2) tensors, run as three fused loops (``fused.py``), and subnormal
   numbers are flushed meanwhile; float64 (and a GPU) keep the torch path, bit for bit.
@@ -28,11 +31,13 @@ G Z (2 B D^2 m) and Z^T (G Z) (2 B D m^2): 4 B D m (m + D), m = d + D.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
 import torch
 
+from . import symmetric
 from .cpu import denormals_flushed, numpy_blas_one_thread
 
 LOG2E = 1.4426950408889634
@@ -43,6 +48,12 @@ BATCHED_CONTRACTIONS: bool | None = None
 # float32 on a CPU: the passes between the kernel's two matrix products fused into numba loops (fused.py;
 # 5 seeds at the default size: 2.9 ms instead of 5.2). float64 keeps the torch path: the study's results carry its bits.
 FUSED_FLOAT32 = True
+# Antithetic batches on the symmetric subspace (v2 and W's cross blocks exactly 0, as from the zero start) at
+# D >= SYMMETRIC_MIN_D: the batched-matmul kernel of ``symmetric.py`` (d = 10, batch 512, float32: 6 to 12 times
+# faster at D = 32 and 64, slower below D ~ 16, where the fused loops win). Off (the benchmark's reference):
+# the general kernel below at every D.
+SYMMETRIC_KERNEL = True
+SYMMETRIC_MIN_D = 24
 _fused_workspace = threading.local()  # see _fused_buffers
 
 
@@ -97,6 +108,9 @@ def seed_loss_and_grads(
     Returns the mean logistic loss (0-dim), dL/dW (m, m) and dL/dv (m,).
     float32 on a CPU: the elementwise middle runs fused (``fused.py``), unless FUSED_FLOAT32 is off.
     """
+    if use_symmetric(W, v, X, antithetic):
+        with denormals_flushed() if X.device.type == "cpu" else contextlib.nullcontext():
+            return symmetric.loss_and_grads(W, v, X, y, P, scale)
     if FUSED_FLOAT32 and X.device.type == "cpu" and X.dtype == torch.float32 and not _batched(X):
         return _fused_loss_and_grads(W, v, X, y, P, scale, antithetic)
     d, D, H = X.shape
@@ -140,6 +154,12 @@ def seed_loss_and_grads(
         K[d + 1 + D :].copy_(odd_gG.transpose(0, 1))
     gW, gv = _assemble(K, X, P, even_gG.sum(-1), even_gr.sum(-1), scale, antithetic)
     return loss, gW, gv
+
+
+def use_symmetric(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, antithetic: bool) -> bool:
+    """Whether :func:`seed_loss_and_grads` takes the symmetric-subspace kernel for this seed and batch."""
+    d, D, _ = X.shape
+    return SYMMETRIC_KERNEL and antithetic and D >= SYMMETRIC_MIN_D and symmetric.on_subspace(W, v, d)
 
 
 def _fused_loss_and_grads(W, v, X, y, P, scale: float, antithetic: bool):

@@ -209,3 +209,15 @@ def epilogue(KX, Tsum, pp, pvsum, P, scale, antithetic, gW, gv):
         for n in range(D):
             s += pvsum[n] * P[n, i]
         gv[d + i] = s
+
+
+@njit(**_JIT)
+def weighted_attention_sum(S, gu, gubar, out):
+    """out[j, i] += sum_b S[b, j, i] (gu[b, i] - gubar[b, j]): symmetric.py's sum over samples of dL/dA.
+    The sum over b runs in order for every (j, i); the loop over keys i is the vectorised one."""
+    H, D, _ = S.shape
+    for b in range(H):
+        for j in range(D):
+            s, o, w, c = S[b, j], out[j], gu[b], gubar[b, j]
+            for i in range(D):
+                o[i] = o[i] + s[i] * (w[i] - c)

@@ -31,6 +31,17 @@ DIVERGE_FACTOR = 10.0
 # ... for this many consecutive steps: a single spike (heavy-tailed or image batches, one bad step of
 # an oscillation that recovers) is not a divergence; a blow-up stays above the bound step after step.
 DIVERGE_PATIENCE = 5
+# A resume state at least this often (wall time), besides every ``resume_every`` steps: a killed D = 64 run
+# (seconds per step with 5 seeds) loses at most this much work whatever resume_every says.
+RESUME_SECONDS = 120.0
+
+
+ATT_COLUMNS = ["seed", "step", "key", "query", "mass"]
+
+
+def _rows(table: torch.Tensor, columns: list[str], ints: set[str]) -> list[dict]:
+    """Rows saved as a float64 matrix back as dicts, the integer columns as int."""
+    return [{c: int(x) if c in ints else x for c, x in zip(columns, r)} for r in table.tolist()]
 
 
 class DivergedError(RuntimeError):
@@ -59,6 +70,7 @@ class Trainer(Recording):
         resume_path: str | Path | None = None,
         resume_every: int = 500,
         draw_dtype: torch.dtype | None = None,
+        resume_seconds: float | None = RESUME_SECONDS,
     ):
         """``draw_dtype`` (tests, benchmark): draw the samples in this precision instead of the run's
         own (float32 samples fed to float64 arithmetic, to compare the two precisions on the same data)."""
@@ -110,6 +122,8 @@ class Trainer(Recording):
         self.workers = cpu.SeedWorkers(torch.get_num_threads(), len(self.seeds), self.device)
         self.resume_path = Path(resume_path) if resume_path else None
         self.resume_every = resume_every
+        self.resume_seconds = resume_seconds
+        self._saved_rows: dict[str, tuple[int, torch.Tensor]] = {}  # see _rows_table
 
     # -- one step -------------------------------------------------------------------
     def batch(self):
@@ -222,14 +236,17 @@ class Trainer(Recording):
             return
         tensors = {f"param.{k}": t for k, t in self.params.items()}
         tensors |= {f"gen.{i}": g.get_state() for i, g in enumerate(self.train_gens)}
-        # the checkpoint's JSON sorts keys: keep the rows' column order beside them
+        # the recorded rows as float64 matrices (exact for their floats and integer ids), not JSON: a D = 64
+        # run records some 10^5 rows, which as JSON would near safetensors' 100 MB header limit
+        cols = list(rows[0]) if rows else []
+        tensors["rows"] = self._rows_table("rows", rows, cols)
+        tensors["attention_rows"] = self._rows_table("attention_rows", att_rows, ATT_COLUMNS)
         meta = {
             "science_hash": self.spec.science_hash(),
             "seeds": self.seeds,
             "step": step,
-            "rows": rows,
-            "row_columns": list(rows[0]) if rows else [],
-            "attention_rows": att_rows,
+            "row_columns": cols,
+            "int_columns": [c for c in cols if isinstance(rows[0][c], int)],
             "status": status,
             "diverged_step": diverged_step,
             "last_finite_loss": last_finite,
@@ -237,6 +254,17 @@ class Trainer(Recording):
             "steps_above_bound": above,
         }
         io.save_checkpoint(self.resume_path, tensors, meta)
+
+    def _rows_table(self, key: str, rows: list[dict], cols: list[str]) -> torch.Tensor:
+        """``rows`` as a float64 matrix, converting only the rows added since the last call: the lists only
+        grow, and converting a D = 64 run's 10^5 rows anew would take seconds at every save."""
+        done, table = self._saved_rows.get(key, (0, torch.zeros(0, len(cols), dtype=torch.float64)))
+        if done > len(rows) or table.shape[1] != len(cols):
+            done, table = 0, torch.zeros(0, len(cols), dtype=torch.float64)
+        new = torch.tensor([[row[c] for c in cols] for row in rows[done:]], dtype=torch.float64)
+        table = torch.cat([table, new.reshape(len(rows) - done, len(cols))])
+        self._saved_rows[key] = (len(rows), table)
+        return table
 
     def _load_resume(self):
         if not (self.resume_path and self.resume_path.exists()):
@@ -251,7 +279,14 @@ class Trainer(Recording):
             self.params[k] = tensors[f"param.{k}"].to(self.device, self.dtype)
         for i, g in enumerate(self.train_gens):
             g.set_state(tensors[f"gen.{i}"])
+        if "rows" not in meta:  # rows stored as tensors (a state written before they were is JSON)
+            ints = set(meta["int_columns"])
+            meta["rows"] = _rows(tensors["rows"], meta["row_columns"], ints)
+            meta["attention_rows"] = _rows(tensors["attention_rows"], ATT_COLUMNS, {"seed", "step", "key", "query"})
         return meta
+
+    def _resume_due(self, saved: float) -> bool:
+        return self.resume_seconds is not None and time.perf_counter() - saved >= self.resume_seconds
 
     # -- the loop -------------------------------------------------------------------
     def run(self, progress=None) -> PretrainResult:
@@ -274,9 +309,15 @@ class Trainer(Recording):
             initial_loss = state.get("initial_loss")
             above = state.get("steps_above_bound", above)
         resumed_from = start
+        saved = time.perf_counter()  # wall time of the last resume state (or the start)
         for step in range(start, p.steps + 1):
-            if self.resume_path and step > start and step % self.resume_every == 0 and step < p.steps:
+            if (
+                self.resume_path
+                and start < step < p.steps
+                and (step % self.resume_every == 0 or self._resume_due(saved))
+            ):
                 self._save_resume(step, rows, att_rows, status, diverged_step, last_finite, initial_loss, above)
+                saved = time.perf_counter()
             loss, grads = self.step_grads(self.draw())
             finite = torch.isfinite(loss) & torch.stack(
                 [torch.isfinite(g).flatten(1).all(1) for g in grads.values()]
@@ -317,7 +358,7 @@ class Trainer(Recording):
         traj["status"] = traj["seed"].map(st)
         traj["diverged_step"] = traj["seed"].map(dict(zip(self.seeds, diverged_step))).astype("int64")
         traj["last_finite_loss"] = traj["seed"].map(dict(zip(self.seeds, last_finite)))
-        attn_df = pd.DataFrame(att_rows, columns=["seed", "step", "key", "query", "mass"])
+        attn_df = pd.DataFrame(att_rows, columns=ATT_COLUMNS)
         attn_df.insert(0, "run", self.spec.run)
         attn_df.insert(1, "task_name", self.spec.task_name)
         attn_df["j_star"] = attn_df["seed"].map(js).astype("int64")

@@ -4,11 +4,13 @@ matrices. A mixin of :class:`groupsparse.training.pretrain.Trainer`, kept apart 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
 from ..config.specs import RunSpec
-from ..model import fastpath
+from ..model import cpu, fastpath, symmetric
 from ..model.transformer import forward, logistic_loss
 
 N_LOG_STEPS = 40
@@ -62,9 +64,19 @@ class Recording:
             mirrored = N % 2 == 0 and torch.equal(X[:, N // 2 :], -X[:, : N // 2])
             self._eval_mirrored = mirrored
             self._eval_features = [fastpath.batch_inner(X[s, : N // 2] if mirrored else X[s]) for s in range(len(X))]
+            self._eval_samples = [(X[s, : N // 2] if mirrored else X[s]).contiguous() for s in range(len(X))]
         W, v = self.params["layer0.W"], self.params["v"]
 
         def one(s):
+            Xs = self._eval_features[s]
+            if (
+                fastpath.SYMMETRIC_KERNEL
+                and Xs.shape[1] >= fastpath.SYMMETRIC_MIN_D
+                and symmetric.on_subspace(W[s], v[s], Xs.shape[0])
+            ):  # large D from the zero start: the mirror half has outputs -f and the same attention
+                with cpu.denormals_flushed() if Xs.device.type == "cpu" else contextlib.nullcontext():
+                    f, mean = symmetric.forward(W[s], v[s], self._eval_samples[s], self.positions, self.scale)
+                return (torch.cat([f, -f]) if self._eval_mirrored else f), mean
             f, attn = fastpath.seed_forward(
                 W[s], v[s], self._eval_features[s], self.positions, self.scale, self._eval_mirrored
             )

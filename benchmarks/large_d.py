@@ -1,0 +1,334 @@
+"""The large-D rows of the benchmark (issue 23): the theorem test's step at d = 10, batch 512, 5 seeds.
+
+Today's step (the general kernel: ``fastpath.SYMMETRIC_KERNEL`` off, the reference) and the step on
+the symmetric subspace (``symmetric.py``) are timed side by side, interleaved, on two Trainers of
+the same spec; then a profile of each (draw, scores, softmax and exponentials, backward, descent)
+with each part's FLOPs and bytes, the CPU-hours of the D = 64 point (5 seeds x 2 D^3 steps), the
+share of a run's time its recording takes, and the cost of the theorem config's batch sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+
+d, BATCH, SEEDS = 10, 512, 5
+D_GRID = (16, 32, 64)
+SPEEDUP_TARGETS = {32: 3.0, 64: 5.0}
+CEILING_TARGET = 0.30  # of the float32 GEMM ceiling, by the kernel's own FLOP count, at D = 32 and 64
+POINT_STEPS_PER_D3 = 2  # the D = 64 point: 5 seeds x 2 D^3 steps
+RECORDING = {"eval_size": 2048, "record_every": 16}  # configs/theorem.yaml's scaling runs
+SWEEP_BATCHES = (128, 256, 512)  # configs/theorem.yaml: scaling.batch_check beside the grid's 512
+
+
+@contextlib.contextmanager
+def symmetric_kernel(on: bool):
+    from groupsparse.model import fastpath
+
+    before = fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D
+    # on: at every D, so the D = 16 row shows why the study switches only from SYMMETRIC_MIN_D on
+    fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D = on, (1 if on else before[1])
+    try:
+        yield
+    finally:
+        fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D = before
+
+
+def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]:
+    """Adds the rows; returns the targets as (name, value, target, unit) for bench.py's target rows."""
+    from groupsparse.model import fastpath, symmetric
+    from groupsparse.training.pretrain import Trainer
+
+    checks, per_seed_step = [], {}
+    dtypes = ("float32",) if args.quick else ("float32", "float64")
+    for dtype in dtypes:
+        for D in D_GRID:
+            spec = run_spec(dtype, task={"d": d, "D": D}, pretrain={"batch": BATCH, "eval_size": 256})
+            seeds = list(range(SEEDS))
+            trainers = {"today": Trainer(spec, seeds), "symmetric": Trainer(spec, seeds)}
+            active = torch.ones(SEEDS, dtype=torch.bool)
+
+            def block(who, n=args.steps, trainers=trainers, active=active):
+                with symmetric_kernel(who == "symmetric"):
+                    for _ in range(n):
+                        trainers[who].step(active)
+
+            drawn = {who: trainers[who].draw() for who in trainers}  # one batch each, reused
+
+            def kernel_only(who, n=args.steps, trainers=trainers, drawn=drawn):
+                with symmetric_kernel(who == "symmetric"):
+                    for _ in range(n):
+                        trainers[who].step_grads(drawn[who])
+
+            for who in trainers:
+                block(who, 2)
+                kernel_only(who, 1)
+            fns = {who: (lambda w=who: block(w)) for who in trainers}
+            fns |= {f"{who} kernel": (lambda w=who: kernel_only(w)) for who in trainers}
+            ts = timed_blocks(fns, args.repeats)
+            kern = {who: min(ts.pop(f"{who} kernel")) / args.steps / SEEDS for who in trainers}
+            best = {who: min(t) / args.steps / SEEDS for who, t in ts.items()}
+            med = {who: statistics.median(t) / args.steps / SEEDS for who, t in ts.items()}
+            per_seed_step[(dtype, D)] = best
+            dense = fastpath.dense_flops(BATCH, D, d)
+            own = {"today": fastpath.kernel_flops(BATCH, D, d), "symmetric": symmetric.flops(BATCH, D, d)}
+            for who in trainers:
+                rate, dense_rate = own[who] / best[who] / 1e9, dense / best[who] / 1e9
+                table.add(
+                    "large D step",
+                    f"{who}, {dtype}, d = {d}, D = {D}, batch {BATCH}, {SEEDS} seeds",
+                    best[who] * 1e3,
+                    "ms/seed-step",
+                    rate,
+                    ceilings[dtype],
+                    ratio=best["today"] / best[who],
+                    note=f"median {med[who] * 1e3:.3f}; kernel {own[who] / 1e6:.1f} MFLOP; dense {dense / 1e6:.0f} "
+                    f"MFLOP: {dense_rate:.1f} GFLOP/s ({100 * dense_rate / ceilings[dtype]:.0f}% of ceiling); "
+                    "ratio = today / this",
+                )
+            for who in trainers:  # the kernel alone: step_grads on one drawn batch, no draw, no descent
+                rate, dense_rate = own[who] / kern[who] / 1e9, dense / kern[who] / 1e9
+                table.add(
+                    "large D kernel",
+                    f"{who}, {dtype}, d = {d}, D = {D}: step_grads alone",
+                    kern[who] * 1e3,
+                    "ms/seed-step",
+                    rate,
+                    ceilings[dtype],
+                    ratio=kern["today"] / kern[who],
+                    note=f"dense {dense_rate:.1f} GFLOP/s ({100 * dense_rate / ceilings[dtype]:.0f}% of ceiling); "
+                    "ratio = today / this",
+                )
+            if dtype == "float32" and D in SPEEDUP_TARGETS:
+                checks.append(
+                    (
+                        f"symmetric step / today's, float32, D = {D}",
+                        best["today"] / best["symmetric"],
+                        SPEEDUP_TARGETS[D],
+                        "x",
+                    )
+                )
+                step_share = own["symmetric"] / best["symmetric"] / 1e9 / ceilings["float32"]
+                checks.append(
+                    (
+                        f"achieved / float32 GEMM ceiling by the kernel's FLOPs (kernel alone), D = {D} "
+                        f"(dense count {dense / kern['symmetric'] / 1e9:.1f} GFLOP/s; whole step "
+                        f"{100 * step_share:.0f}%)",
+                        own["symmetric"] / kern["symmetric"] / 1e9 / ceilings["float32"],
+                        CEILING_TARGET,
+                        "",
+                    )
+                )
+            if D in (32, 64):
+                _profile(torch, table, args, trainers, D, dtype, ceilings[dtype], timed_blocks)
+    for dtype in dtypes:
+        D = 64
+        steps = POINT_STEPS_PER_D3 * D**3
+        for who, t in per_seed_step[(dtype, D)].items():
+            table.add(
+                "large D point",
+                f"D = 64 point, {who}, {dtype}: {SEEDS} seeds x {steps} steps",
+                t * SEEDS * steps / 3600,
+                "CPU-h",
+                note="steps only (the recording share is below), one core",
+            )
+    _recording_share(torch, table, args, run_spec, per_seed_step, timed_blocks)
+    _sweep_cost(torch, table, args, run_spec, timed_blocks)
+    return checks
+
+
+def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
+    """Each part of a step timed alone on one drawn batch (5 seeds), beside its FLOPs and bytes."""
+    from groupsparse.model import cpu, fastpath, symmetric
+
+    tr = trainers["symmetric"]
+    with symmetric_kernel(True):
+        drawn = tr.draw()
+        _, grads = tr.step_grads(drawn)
+    W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
+    seeds = range(SEEDS)
+    XA = [symmetric.scores(W[s], v[s], drawn[s][0], P, sc) for s in seeds]
+    S = [symmetric.softmax(A.clone()) for _, A, _ in XA]  # in place: the scores stay for the softmax's timing
+    active = torch.ones(SEEDS, dtype=torch.bool)
+    item = torch.finfo(tr.dtype).bits // 8
+    costs = symmetric.phase_costs(BATCH, D, d, item)
+    m = d + D
+    flushed = cpu.denormals_flushed
+    parts = {
+        "draw": (tr.draw, (0, item * d * D * BATCH // 2)),
+        "scores": (lambda: [symmetric.scores(W[s], v[s], drawn[s][0], P, sc) for s in seeds], costs["scores"]),
+        "softmax + exp": (lambda: [symmetric.softmax(XA[s][1]) for s in seeds], costs["softmax"]),
+        "backward": (
+            lambda: [symmetric.backward(W[s], v[s], XA[s][0], S[s], XA[s][2], drawn[s][1], P, sc) for s in seeds],
+            costs["backward"],
+        ),
+        "descent": (lambda: tr.descend(grads, active), (2 * (m * m + m), 3 * item * (m * m + m))),
+        "whole step": (lambda: tr.step(active), (symmetric.flops(BATCH, D, d), None)),
+    }
+
+    def timed(fn):
+        def run():
+            with flushed():
+                for _ in range(args.steps):
+                    fn()
+
+        return run
+
+    with symmetric_kernel(True):
+        ts = timed_blocks({k: timed(fn) for k, (fn, _) in parts.items()}, args.repeats)
+    for name, (_, (fl, by)) in parts.items():
+        t = min(ts[name]) / args.steps / SEEDS
+        table.add(
+            "profile",
+            f"symmetric, {dtype}, D = {D}: {name}",
+            t * 1e3,
+            "ms/seed-step",
+            fl / t / 1e9 if fl else None,
+            ceiling if fl else None,
+            note=f"{fl / 1e6:.2f} MFLOP"
+            + (f", {by / 1e6:.2f} MB: {by / t / 1e9:.1f} GB/s" if by else "")
+            + (
+                f"; dense count {fastpath.dense_flops(BATCH, D, d) / t / 1e9:.1f} GFLOP/s"
+                if name == "whole step"
+                else ""
+            )
+            + ("; % ceiling by this part's own FLOPs" if name not in ("draw", "whole step") else ""),
+        )
+    _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)
+
+
+def _profile_today(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
+    """Today's kernel in the same parts: the fused float32 path (fused.py) cut at its phases."""
+    import numpy as np
+
+    from groupsparse.model import cpu, fastpath, fused
+
+    if dtype != "float32":
+        return
+    with symmetric_kernel(False):
+        drawn = tr.draw()
+    W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
+    H, M = BATCH // 2, 2
+    state = {}
+
+    def scores(s):
+        X, y = drawn[s]
+        buf, arr = fastpath._fused_buffers(d, D, H, M)
+        Xa, Pa = X.numpy(), P.numpy()
+        fused.prologue(W[s].numpy(), v[s].numpy(), Pa, sc * fastpath.LOG2E, *fastpath._get(arr, "WcatT C pv"))
+        np.matmul(arr["WcatT"], Xa.reshape(d, D * H), out=arr["R"])
+        R = arr["R"].reshape(d + 2 * D + 1, D, H)
+        fused.scores(R, Xa, arr["C"], arr["attn"])
+        state.update(buf=buf, arr=arr, R=R, Xa=Xa)
+
+    def softmax(s):
+        buf, arr = state["buf"], state["arr"]
+        buf["attn"].exp2_()
+        fused.normalise(arr["attn"], state["R"][-1], *fastpath._get(arr, "pv u r ubar f"))
+
+    def backward(s):
+        buf, arr, Xa = state["buf"], state["arr"], state["Xa"]
+        _, g = fastpath._loss_and_slope(buf["f"], drawn[s][1], True)
+        fused.gradient_rows(
+            *fastpath._get(arr, "attn u ubar r"), g.numpy(), Xa, *fastpath._get(arr, "K even_gG even_gr")
+        )
+        np.matmul(arr["K"].reshape(-1, D * H), Xa.reshape(d, D * H).T, out=arr["KX"])
+        torch.sum(buf["even_gG"], -1, out=buf["pp"])
+        torch.sum(buf["even_gr"], -1, out=buf["pvsum"])
+        gW, gv = torch.empty(d + D, d + D), torch.empty(d + D)
+        fused.epilogue(*fastpath._get(arr, "KX Tsum pp pvsum"), P.numpy(), sc, True, gW.numpy(), gv.numpy())
+
+    def phases():
+        out = {"scores": 0.0, "softmax + exp": 0.0, "backward": 0.0}
+        import time
+
+        for s in range(SEEDS):
+            for name, fn in (("scores", scores), ("softmax + exp", softmax), ("backward", backward)):
+                t0 = time.perf_counter()
+                fn(s)
+                out[name] += time.perf_counter() - t0
+        return out
+
+    s4 = 4
+    n = (d + 2 * D + 1) * D * H
+    model = {  # FLOPs as fastpath.kernel_flops splits them; bytes: the passes of each phase, once each
+        "scores": (H * (2 * d * D * (d + 2 * D + 1) + 2 * d * D * D + 4 * M * D * D), s4 * (2 * n + H * 3 * M * D * D)),
+        "softmax + exp": (H * 6 * M * D * D, s4 * H * 5 * M * D * D),
+        "backward": (
+            H * (2 * d * D * (d + D + 1) + 4 * d * D * D + 6 * M * D * D),
+            s4 * H * (2 * M * D * D + 3 * D * D + 2 * (d + 1 + M * D) * D),
+        ),
+    }
+    with cpu.denormals_flushed():
+        phases()
+        runs = [phases() for _ in range(args.repeats)]
+    for name, (fl, by) in model.items():
+        t = min(r[name] for r in runs) / SEEDS
+        table.add(
+            "profile",
+            f"today, {dtype}, D = {D}: {name}",
+            t * 1e3,
+            "ms/seed-step",
+            fl / t / 1e9,
+            ceiling,
+            note=f"{fl / 1e6:.2f} MFLOP, {by / 1e6:.2f} MB: {by / t / 1e9:.1f} GB/s",
+        )
+
+
+def _recording_share(torch, table, args, run_spec, per_seed_step, timed_blocks):
+    """One recorded step's evaluation (5 seeds, the theorem config's eval set) against the steps between."""
+    from groupsparse.training.pretrain import Trainer
+    from groupsparse.training.recording import attention_steps, record_steps
+
+    for D in (32, 64):
+        spec = run_spec("float32", task={"d": d, "D": D}, pretrain={"batch": BATCH, **RECORDING})
+        tr = Trainer(spec, list(range(SEEDS)))
+        loss = torch.zeros(SEEDS)
+        active = torch.ones(SEEDS, dtype=torch.bool)
+        steps = POINT_STEPS_PER_D3 * D**3
+        n_rec = len(record_steps(steps, RECORDING["record_every"]))
+        n_att = len(attention_steps(steps, spec.pretrain.attention_checkpoints))
+        for who in ("today", "symmetric"):
+            with symmetric_kernel(who == "symmetric"):
+                tr.metrics(0, loss, active)
+                t_rec = min(timed_blocks({"m": lambda t=tr, x=loss, a=active: t.metrics(0, x, a)}, args.repeats)["m"])
+                t_att = min(
+                    timed_blocks({"a": lambda t=tr, a=active: t.mean_attention(0, a)}, max(1, args.repeats // 3))["a"]
+                )
+            t_steps = per_seed_step[("float32", D)][who] * SEEDS * steps
+            rec = n_rec * t_rec + n_att * t_att
+            table.add(
+                "recording",
+                f"{who}, float32, D = {D}: {n_rec} records + {n_att} attention matrices",
+                100 * rec / (rec + t_steps),
+                "% of the run",
+                note=f"{t_rec * 1e3:.1f} ms a record, {t_att * 1e3:.1f} ms an attention matrix (5 seeds, "
+                f"eval {RECORDING['eval_size']}); steps {t_steps / 3600:.2f} h, recording {rec / 3600:.2f} h",
+            )
+
+
+def _sweep_cost(torch, table, args, run_spec, timed_blocks):
+    """The batch sweep (128, 256 beside 512) at D = 32: its steps against the batch-512 run's alone."""
+    from groupsparse.training.pretrain import Trainer
+
+    active = torch.ones(SEEDS, dtype=torch.bool)
+    trainers = {
+        B: Trainer(
+            run_spec("float32", task={"d": d, "D": 32}, pretrain={"batch": B, "eval_size": 256}), list(range(SEEDS))
+        )
+        for B in SWEEP_BATCHES
+    }
+    fns = {B: (lambda t=t: [t.step(active) for _ in range(args.steps)]) for B, t in trainers.items()}
+    for f in fns.values():
+        f()
+    ts = {B: min(t) / args.steps for B, t in timed_blocks(fns, args.repeats).items()}
+    total = sum(ts.values())
+    table.add(
+        "sweep",
+        f"batches {', '.join(map(str, SWEEP_BATCHES))}, float32, D = 32, 5 seeds",
+        total * 1e3,
+        "ms/step",
+        ratio=total / ts[SWEEP_BATCHES[-1]],
+        note="ratio = the three runs' steps / the batch-512 run's; "
+        + ", ".join(f"{B}: {t * 1e3:.2f} ms" for B, t in ts.items()),
+    )
