@@ -30,6 +30,8 @@ COMMANDS = (
     "snapshot",
     "status",
     "estimate",
+    "fetch",
+    "review",
 )
 
 

@@ -28,7 +28,8 @@ try:
         config, _schema, config_files=workflow.configfiles, results=R
     )
 except preflight.StudyRefused as exc:
-    raise WorkflowError(str(exc)) from None
+    # one line, no WorkflowError header or File line: SystemExit passes snakemake's wrapping
+    raise SystemExit(f"snakemake: {exc}") from None
 
 STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
 
@@ -139,6 +140,26 @@ def figure_files():
         for name in run_figure_names(r)
         for ext in ("png", "pdf")
     ]
+
+
+# CIFAR-10 runs read their task.path folder, fetched by rule fetch_cifar10 (images.smk) if missing.
+def cifar_folders():
+    from groupsparse.data.cifar import data_folder
+
+    return {
+        r: str(data_folder(run.spec["task"]["path"]))
+        for r, run in RUNS.items()
+        if run.spec["task"].get("kind") == "images"
+        and run.spec["task"].get("dataset") == "cifar10"
+    }
+
+
+def data_inputs(run):
+    folder = cifar_folders().get(run)
+    return [folder] if folder else []
+
+
+CIFAR_FETCH = sorted(set(cifar_folders().values()))
 
 
 # --- resources: from the one cost model (groupsparse.costs, fitted to measured jobs) ---------
