@@ -20,6 +20,12 @@ include: "workflow/rules/scaling.smk"
 include: "workflow/rules/images.smk"
 
 
+from groupsparse.costs import (
+    calibrate,
+)  # noqa: E402 (torch-free; runs its probe in a subprocess)
+from groupsparse.io import report as report_text  # noqa: E402
+
+
 rule all:
     default_target: True
     input:
@@ -28,3 +34,25 @@ rule all:
         figure_files(),
         transfer_table_files(),
         scaling_outputs(),
+
+
+# One line at each end: where the results are, or what finished and how to resume. The whole-study
+# estimate comes from the cost model calibrated on this machine (groupsparse.costs.calibrate).
+onstart:
+    check_slurm_accounting()
+    print(
+        calibrate.study_estimate_line(RUNS, config, workflow.cores, R),
+        file=sys.stderr,
+    )
+
+
+onsuccess:
+    print(
+        f"done: results in {R}/ (tables/summary.csv, tables/claims.csv where made); "
+        f"review: groupsparse review {R}; report: {rerun_command(f'--report {R}/report.html')}",
+        file=sys.stderr,
+    )
+
+
+onerror:
+    print(report_text.end_line(R, log, rerun_command()), file=sys.stderr)

@@ -32,6 +32,7 @@ COMMANDS = (
     "estimate",
     "fetch",
     "review",
+    "calibrate",
 )
 
 

@@ -29,7 +29,8 @@ try:
     )
 except preflight.StudyRefused as exc:
     # one line, no WorkflowError header or File line: SystemExit passes snakemake's wrapping
-    raise SystemExit(f"snakemake: {exc}") from None
+    print(f"snakemake: {exc}", file=sys.stderr, flush=True)
+    raise SystemExit(1) from None
 
 STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
 
@@ -162,6 +163,14 @@ def data_inputs(run):
 CIFAR_FETCH = sorted(set(cifar_folders().values()))
 
 
+def rerun_command(options=""):
+    """The snakemake command of this study (--configfile last: it takes every argument after it)."""
+    files = " ".join(str(f) for f in workflow.overwrite_configfiles or [])
+    return " ".join(
+        ["snakemake", options] + ([f"--configfile {files}"] if files else [])
+    ).replace("  ", " ")
+
+
 # --- resources: from the one cost model (groupsparse.costs, fitted to measured jobs) ---------
 
 
@@ -224,7 +233,7 @@ def slurm_group(kind, wildcards):
 
 # Before the first Slurm job: where Slurm has no accounting, the executor plugin's default status
 # command (sacct) never sees a job finish and snakemake waits forever; stop with the flag instead.
-onstart:
+def check_slurm_accounting():
     plugin = workflow.executor_plugin
     status = getattr(workflow.executor_settings, "status_command", None)
     if plugin is not None and plugin.name == "slurm" and status == "sacct":

@@ -295,3 +295,20 @@ def write_snapshot(results: Path, docs: Path, readme: Path, wall_seconds: float 
         text = text.rstrip() + "\n\n" + block + "\n"
     io.write_text_atomic(readme, text)
     return len(figs)
+
+
+def end_line(results: str | Path, snakemake_log: str | Path | None, rerun: str) -> str:
+    """The one line a stopped run ends with: interrupted or failed, what finished, how to resume."""
+    results = Path(results)
+    finished = len(list((results / "benchmarks").rglob("*.tsv"))) if (results / "benchmarks").is_dir() else 0
+    text = ""
+    if snakemake_log and Path(snakemake_log).is_file():
+        text = Path(snakemake_log).read_text(errors="replace")
+    interrupted = "on user request" in text or "exit status 130" in text or "exit status -2" in text
+    kept = f"{finished} finished jobs of {results} are kept"
+    if interrupted:
+        return f"interrupted: {kept}; run `{rerun}` again to resume (pretraining continues from its saved state)"
+    return (
+        f"failed: {kept}; the error is above (`groupsparse status {results}` lists failed jobs); "
+        f"fix it and run `{rerun}` again to continue"
+    )
