@@ -20,12 +20,6 @@ include: "workflow/rules/scaling.smk"
 include: "workflow/rules/images.smk"
 
 
-from groupsparse.costs import (
-    calibrate,
-)  # noqa: E402 (torch-free; runs its probe in a subprocess)
-from groupsparse.io import report as report_text  # noqa: E402
-
-
 rule all:
     default_target: True
     input:
@@ -56,3 +50,7 @@ onsuccess:
 
 onerror:
     print(report_text.end_line(R, log, rerun_command()), file=sys.stderr)
+
+
+# Every rule is defined now: each report() caption must exist, for every config.
+check_report_captions()

@@ -11,7 +11,9 @@ min_version("9.0")
 # The package lives in src/; make it importable at parse time even without `pip install -e`.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from groupsparse import costs  # noqa: E402  (torch-free
+from groupsparse.costs import calibrate  # torch-free: its probe runs in a subprocess
 from groupsparse.io import files as io
+from groupsparse.io import report as report_text
 from groupsparse.study import preflight
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
@@ -143,7 +145,7 @@ def figure_files():
     ]
 
 
-# CIFAR-10 runs read their task.path folder, fetched by rule fetch_cifar10 (images.smk) if missing.
+# CIFAR-10 runs read their task.path folder, fetched by the fetch_cifar10 job (images.smk) if missing.
 def cifar_folders():
     from groupsparse.data.cifar import data_folder
 
@@ -169,6 +171,26 @@ def rerun_command(options=""):
     return " ".join(
         ["snakemake", options] + ([f"--configfile {files}"] if files else [])
     ).replace("  ", " ")
+
+
+def check_report_captions():
+    """Every caption a rule's report() names exists (else `snakemake --report` fails at the end
+    of a study): checked at parse time, so every config's dry run checks it."""
+    for each in workflow.rules:
+        for item in each.output:
+            caption = getattr(
+                (getattr(item, "flags", None) or {}).get("report"), "caption", None
+            )
+            if (
+                caption is not None
+                and not Path(caption.get_path_or_uri(secret_free=True)).is_file()
+            ):
+                print(
+                    f"snakemake: {each.name}: report caption {caption.get_path_or_uri(secret_free=True)} does not exist",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                raise SystemExit(1)
 
 
 # --- resources: from the one cost model (groupsparse.costs, fitted to measured jobs) ---------
@@ -298,6 +320,7 @@ def scaling_args():
 
 SCALING_FIGURES = [
     "convergence_time",
+    "convergence_thresholds",
     "attention_concentration",
     "sample_complexity",
     "online_error",

@@ -67,7 +67,11 @@ def run(args) -> int:
         .reset_index(drop=True)
     )
     prov = io.provenance(
-        config_hash(study), study.get("device", "cpu"), study=study, run_specs=_run_specs(args.trajectories)
+        config_hash(study),
+        study.get("device", "cpu"),
+        study=study,
+        run_specs=_run_specs(args.trajectories),
+        computed_on=io.machines_of([*args.trajectories, *(args.transfer or [])]),
     )  # every table read: their provenance is too
     att = (
         _concat(args.attention, "attention")

@@ -17,7 +17,14 @@ from . import files as io
 BEGIN, END = "<!-- RESULTS:BEGIN -->", "<!-- RESULTS:END -->"
 RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters", "transfer_accuracy")
 IMAGE_RUN_FIGURES = ("image_attention", "image_examples", "transfer_accuracy")
-SCALING_FIGURES = ("convergence_time", "attention_concentration", "sample_complexity", "online_error", "ablations")
+SCALING_FIGURES = (
+    "convergence_time",
+    "convergence_thresholds",
+    "attention_concentration",
+    "sample_complexity",
+    "online_error",
+    "ablations",
+)
 
 
 def _fmt(x, digits=3) -> str:
@@ -297,13 +304,12 @@ def write_snapshot(results: Path, docs: Path, readme: Path, wall_seconds: float 
     return len(figs)
 
 
-def end_line(results: str | Path, snakemake_log: str | Path | None, rerun: str) -> str:
+def end_line(results: str | Path, snakemake_log, rerun: str) -> str:
     """The one line a stopped run ends with: interrupted or failed, what finished, how to resume."""
     results = Path(results)
     finished = len(list((results / "benchmarks").rglob("*.tsv"))) if (results / "benchmarks").is_dir() else 0
-    text = ""
-    if snakemake_log and Path(snakemake_log).is_file():
-        text = Path(snakemake_log).read_text(errors="replace")
+    logs = snakemake_log if isinstance(snakemake_log, list | tuple) else [snakemake_log]  # snakemake gives a list
+    text = "".join(Path(p).read_text(errors="replace") for p in logs if p and Path(p).is_file())
     interrupted = "on user request" in text or "exit status 130" in text or "exit status -2" in text
     kept = f"{finished} finished jobs of {results} are kept"
     if interrupted:
