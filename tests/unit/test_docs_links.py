@@ -5,7 +5,6 @@ study (docs/STUDY.md), the performance notes (benchmarks/README.md) and figures 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
