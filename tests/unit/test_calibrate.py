@@ -33,8 +33,11 @@ def test_the_study_time_spreads_jobs_over_slots_but_never_below_the_longest_chai
         "aggregate": 4.0,
     }
     assert calibrate.study_seconds(jobs, cores=1) == pytest.approx(194.0)
-    assert calibrate.study_seconds(jobs, cores=2) == pytest.approx(150.0)  # a's pretraining then its longest transfer
-    assert calibrate.study_seconds(jobs, cores=64) == pytest.approx(150.0)
+    # a's pretraining then its longest transfer, then the tables
+    assert calibrate.study_seconds(jobs, cores=2) == pytest.approx(154.0)
+    assert calibrate.study_seconds(jobs, cores=64) == pytest.approx(154.0)
+    figures = jobs | {"figures/a": 8.0, "figures/a.transfer": 2.0}
+    assert calibrate.study_seconds(figures, cores=2) == pytest.approx(162.0)  # drawn side by side: the longer
     assert calibrate.study_seconds(jobs, cores=4, threads=4) == pytest.approx(194.0)  # one job at a time
 
 

@@ -42,6 +42,8 @@ def measure(threads: int = 1) -> dict:
     """Time the probes here; -> scale factors (measured / predicted) and what they came from."""
     import tempfile
 
+    import scipy.optimize  # noqa: F401  (what a transfer job loads before its first fit)
+    import sklearn.linear_model  # noqa: F401
     import torch
 
     from ..config.specs import RunSpec
@@ -51,6 +53,8 @@ def measure(threads: int = 1) -> dict:
     from ..transfer.spec import TransferSpec
     from .model import coefficients, pretrain_cost, transfer_cost
 
+    io.provenance("calibration")  # every job writes provenance: git commit and status, package versions
+    ready = time.time()  # a job's process is this far once python, its libraries and provenance are done
     torch.set_num_threads(max(1, threads))
     spec = RunSpec.from_dict(PRETRAIN_PROBE)
     warm = RunSpec.from_dict(PRETRAIN_PROBE | {"pretrain": PRETRAIN_PROBE["pretrain"] | {"steps": 10}})
@@ -83,6 +87,7 @@ def measure(threads: int = 1) -> dict:
         "host": socket.gethostname(),
         "threads": threads,
         "time": time.time(),
+        "ready_time": ready,
         "pretrain_measured_s": pretrain_s,
         "pretrain_predicted_s": predicted_pretrain,
         "pretrain_scale": pretrain_s / max(predicted_pretrain, 1e-6),
@@ -104,39 +109,47 @@ def load_or_measure(results: str | os.PathLike, threads: int = 1) -> dict:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     cmd = [sys.executable, "-m", "groupsparse.cli", "calibrate", "--threads", str(threads), "--out", str(path)]
+    launched = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
         raise RuntimeError(lines[-1] if lines else f"groupsparse calibrate exited {done.returncode}")
-    return json.loads(path.read_text())
+    cal = json.loads(path.read_text())
+    # a job's fixed start (interpreter, torch, the package): from launch to the probe's first line
+    cal["startup_s"] = max(cal["ready_time"] - launched, 0.0)
+    path.write_text(json.dumps(cal, indent=1) + "\n")
+    return cal
 
 
-# The jobs the cost model leaves out (tables and figures): wall seconds of each in the tiny study's
-# run on the reference machine (results/tiny/benchmarks/*.tsv), scaled like pretraining. Small
-# beside a real study's training, but most of a tiny one.
-SMALL_JOB_S = {"check_tables": 1.0, "aggregate": 3.0, "figures": 10.0, "image_figures": 10.0, "scaling": 60.0}
+# The jobs the cost model leaves out (tables and figures): their wall seconds beyond the process
+# start in the tiny study's and tests/workflow/test_report.py's study's runs (benchmarks/*.tsv less
+# the measured start), scaled like pretraining. Small beside a real study's training, most of a tiny one.
+SMALL_JOB_S = {"check_tables": 0.0, "aggregate": 2.0, "figures": 4.0, "image_figures": 10.0, "scaling": 40.0}
 
 
 def job_predictions(runs: dict, config: dict, cal: dict) -> dict[str, float]:
     """Calibrated wall seconds of every job, keyed as their logs are (pretrain/<run>/seeds<chunk>,
     transfer/<run>/seeds<chunk>/<group>, aggregate, figures/<run>, ...)."""
-    from .model import pretrain_cost, transfer_cost
+    from .model import coefficients, pretrain_cost, transfer_cost
 
     jobs = config.get("jobs") or {}
     device = config.get("device", "cpu")
     pt, tt = jobs.get("pretrain_threads", 1), jobs.get("transfer_threads", 1)
+    c = coefficients()
+    start = cal.get("startup_s", 0.0)
+    # the model's fixed part of a job (c0, j0) is replaced by the start measured here; the rest scales
+    pretrain_s = lambda cost: start + max(cost.wall_s - c["pretrain"]["c0_s"], 0.0) * cal["pretrain_scale"]  # noqa: E731
+    transfer_s = lambda cost: start + max(cost.wall_s - c["transfer_job"]["j0_s"], 0.0) * cal["transfer_scale"]  # noqa: E731
     out = {}
     for name, run in runs.items():
         for chunk in run.chunks:
             seeds = len(run.chunk_seeds(chunk))
-            out[f"pretrain/{name}/seeds{chunk}"] = (
-                pretrain_cost(run.spec, seeds, device, pt).wall_s * cal["pretrain_scale"]
-            )
+            out[f"pretrain/{name}/seeds{chunk}"] = pretrain_s(pretrain_cost(run.spec, seeds, device, pt))
             if run.transfer is None:
                 continue
             for group, methods in run.method_groups.items():
                 cost = transfer_cost(run.spec, run.transfer, methods, run.sizes, seeds, device, tt)
-                out[f"transfer/{name}/seeds{chunk}/{group}"] = cost.wall_s * cal["transfer_scale"]
+                out[f"transfer/{name}/seeds{chunk}/{group}"] = transfer_s(cost)
     small = {"check_tables": "check_tables", "aggregate": "aggregate"}
     for name, run in runs.items():
         if run.role == "task":
@@ -147,26 +160,34 @@ def job_predictions(runs: dict, config: dict, cal: dict) -> dict[str, float]:
                 small[f"figures/{name}.images"] = "image_figures"
     if any(run.role in ("scaling", "ablation") for run in runs.values()):
         small["scaling"] = "scaling"
-    out |= {job: SMALL_JOB_S[kind] * cal["pretrain_scale"] for job, kind in small.items()}
+    out |= {job: start + SMALL_JOB_S[kind] * cal["pretrain_scale"] for job, kind in small.items()}
     return out
 
 
 def study_seconds(predictions: dict[str, float], cores: int, threads: int = 1) -> float:
-    """Wall seconds for these jobs on ``cores``: the work spread over the job slots, never less
-    than the longest pretraining job followed by its longest transfer job."""
+    """Wall seconds for these jobs on ``cores``: training and transfer spread over the job slots
+    (never less than the longest pretraining job followed by its longest transfer job), then the
+    tables (check_tables, aggregate, scaling: one after another) and the figures (spread over the slots)."""
     if not predictions:
         return 0.0
     slots = max(1, cores // max(1, threads))
-    chains = {}
+    chains, serial, figures = {}, 0.0, []
     for job, s in predictions.items():
         parts = job.split("/")
-        if parts[0] not in ("pretrain", "transfer"):
-            continue
-        key = tuple(parts[1:3])
-        pre, tr = chains.get(key, (0.0, 0.0))
-        chains[key] = (pre + s, tr) if parts[0] == "pretrain" else (pre, max(tr, s))
+        if parts[0] in ("pretrain", "transfer"):
+            key = tuple(parts[1:3])
+            pre, tr = chains.get(key, (0.0, 0.0))
+            chains[key] = (pre + s, tr) if parts[0] == "pretrain" else (pre, max(tr, s))
+        elif parts[0] == "figures":
+            figures.append(s)
+        else:
+            serial += s
+    work = sum(p for p, _ in chains.values()) + sum(s for job, s in predictions.items() if job.startswith("transfer/"))
+    n_jobs = sum(1 for job in predictions if job.split("/")[0] in ("pretrain", "transfer"))
     longest = max((p + t for p, t in chains.values()), default=0.0)
-    return max(sum(predictions.values()) / min(slots, len(predictions)), longest)
+    training = max(work / max(1, min(slots, n_jobs)), longest) if n_jobs else 0.0
+    drawing = max(sum(figures) / min(slots, len(figures)), max(figures)) if figures else 0.0
+    return training + serial + drawing
 
 
 def study_estimate_line(runs: dict, config: dict, cores: int, results: str | os.PathLike) -> str:
@@ -191,6 +212,6 @@ def study_estimate_line(runs: dict, config: dict, cores: int, results: str | os.
     total = study_seconds(to_run, cores, threads)
     return (
         f"estimate: about {duration(total)} on this machine for the {len(to_run)} jobs "
-        f"to run on {cores} cores (calibrated on this machine: pretraining {cal['pretrain_scale']:.2f}x, "
-        f"fits {cal['transfer_scale']:.2f}x the cost model's reference times)"
+        f"to run on {cores} cores (calibrated on this machine: job start {cal.get('startup_s', 0.0):.1f} s, "
+        f"pretraining {cal['pretrain_scale']:.2f}x, fits {cal['transfer_scale']:.2f}x the cost model's reference)"
     )
