@@ -122,7 +122,7 @@ def test_the_report_builds_for_a_study_with_the_default_figure_set(tmp_path):
     power = "power" in claims.columns
     assert all(("power n/a" in r["detail"]) != power for r in reviewed)
     sc = pd.read_parquet(tables / "sample_complexity.parquet")
-    at_90 = sc[sc["target_accuracy"] == 0.9]
+    at_90 = sc[(sc["target_accuracy"] == 0.9) & (sc["role"] == "task")]  # --all: every run
     n_rows = [r for r in rows if r["question"] == "n for 90%"]
     assert len(n_rows) == len(at_90)
     for r in n_rows:
@@ -136,7 +136,7 @@ def test_the_report_builds_for_a_study_with_the_default_figure_set(tmp_path):
             assert r["answer"].startswith("not reached")
     transfer = pd.read_parquet(tables / "transfer.parquet")
     edges = transfer.groupby(["run", "method"])["hp_at_edge"].apply(lambda s: int(s.fillna(False).astype(bool).sum()))
-    flagged = {(r["run"], r["method"]): r["detail"] for r in rows if r["question"] == "hp at grid edge"}
+    flagged = {(r["run"], r["what"]): r["detail"] for r in rows if r["question"] == "hp at grid edge"}
     assert set(flagged) == {k for k, v in edges.items() if v > 0}
     for key, detail in flagged.items():
         assert detail.startswith(f"{edges[key]} of ")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-COLUMNS = ("question", "run", "downstream", "method", "answer", "detail")
+COLUMNS = ("question", "run", "downstream", "what", "answer", "detail")  # what: the method, or the claim
 
 
 def register(sub) -> None:
@@ -20,6 +20,7 @@ def register(sub) -> None:
     p.add_argument("results", help="a study's results folder, e.g. results/default")
     p.add_argument("--target", type=float, default=0.9, help="accuracy target for the n needed (default 0.9)")
     p.add_argument("--csv", action="store_true", help="write CSV to stdout instead of a terminal table")
+    p.add_argument("--all", action="store_true", help="n for the target of every run (default: the named tasks)")
     p.set_defaults(func=run)
 
 
@@ -36,11 +37,15 @@ def _n(value: float) -> str:
     return "beyond the grid" if math.isinf(value) else f"{value:.0f}"
 
 
-def sample_complexity_rows(sc, target: float) -> list[dict]:
+def sample_complexity_rows(sc, target: float, all_runs: bool = False) -> list[dict]:
+    """Per (run, downstream, method): n needed for ``target``; the named tasks only unless
+    ``all_runs`` (scaling points and ablations are summarised by the claims)."""
     if sc is None:
         return []
     rows = []
     hit = sc[(sc["target_accuracy"] - target).abs() < 1e-9]
+    if not all_runs and "role" in hit:
+        hit = hit[hit["role"] == "task"]
     for r in hit.itertuples(index=False):
         reached = bool(r.reached_on_grid)
         answer = _n(r.n_needed) if reached else f"not reached by n = {r.max_n_on_grid:.0f}"
@@ -49,12 +54,12 @@ def sample_complexity_rows(sc, target: float) -> list[dict]:
                 "question": f"n for {target:.0%}",
                 "run": r.run,
                 "downstream": getattr(r, "downstream", ""),
-                "method": r.method,
+                "what": r.method,
                 "answer": answer,
                 "detail": f"95% interval {_n(r.ci_low)} to {_n(r.ci_high)}, {r.n_seeds} seeds" if reached else "",
             }
         )
-    return sorted(rows, key=lambda r: (r["run"], str(r["downstream"]), _sort_n(r["answer"]), r["method"]))
+    return sorted(rows, key=lambda r: (r["run"], str(r["downstream"]), _sort_n(r["answer"]), r["what"]))
 
 
 def _sort_n(answer: str) -> float:
@@ -77,7 +82,7 @@ def claim_rows(claims) -> list[dict]:
                 "question": "claim",
                 "run": r.get("run", "") or "",
                 "downstream": "",
-                "method": r["claim"],
+                "what": r["claim"],
                 "answer": r["verdict"],
                 "detail": f"power {power_text}; measured {r['measured']:.4g} [{r['low']:.4g}, {r['high']:.4g}]",
             }
@@ -115,13 +120,13 @@ def _problem(question, run, downstream, method, detail) -> dict:
         "question": question,
         "run": run,
         "downstream": downstream,
-        "method": method,
+        "what": method,
         "answer": "yes",
         "detail": detail,
     }
 
 
-def review(results: str | Path, target: float = 0.9):
+def review(results: str | Path, target: float = 0.9, all_runs: bool = False):
     """The review as one DataFrame with COLUMNS."""
     import pandas as pd
 
@@ -131,17 +136,24 @@ def review(results: str | Path, target: float = 0.9):
     if not tables.is_dir():
         raise InputError(f"{tables}: no tables yet (run the study first: snakemake --configfile <its config>)")
     rows = (
-        sample_complexity_rows(_table(tables, "sample_complexity"), target)
+        sample_complexity_rows(_table(tables, "sample_complexity"), target, all_runs)
         + claim_rows(_table(tables, "claims"))
         + problem_rows(_table(tables, "pretrain_summary"), _table(tables, "summary"), _table(tables, "transfer"))
     )
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
+def left_aligned(df) -> str:
+    """Columns padded to their widest cell, left-aligned (claims are sentences; pandas right-aligns)."""
+    cells = [list(df.columns)] + [[str(v) for v in row] for row in df.itertuples(index=False)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(df.columns))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
 def run(args) -> int:
     import sys
 
-    df = review(args.results, args.target)
+    df = review(args.results, args.target, args.all)
     if args.csv:
         df.to_csv(sys.stdout, index=False)
         return 0
@@ -153,7 +165,9 @@ def run(args) -> int:
         shown = g.drop(columns="question")
         if (shown["downstream"].astype(str) == "").all():
             shown = shown.drop(columns="downstream")
-        print(shown.to_string(index=False))
+        if (shown["run"].astype(str) == "").all():
+            shown = shown.drop(columns="run")
+        print(left_aligned(shown))
     if not any(q in set(df["question"]) for q in ("diverged", "fit not ok", "hp at grid edge")):
         print("\nno run diverged, no fit failed, no hyperparameter at a grid edge")
     return 0
