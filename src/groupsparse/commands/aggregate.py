@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser("aggregate", help="concatenate per-job tables into results/tables and summarise them")
+    p = sub.add_parser("aggregate", help="concatenate per-job tables into results/<study>/tables and summarise them")
     p.add_argument("--trajectories", nargs="+", required=True, help="per-job pretraining trajectory tables")
     p.add_argument("--attention", nargs="+", required=True, help="per-job attention tables")
     p.add_argument("--transfer", nargs="*", default=[], help="per-job transfer tables")
