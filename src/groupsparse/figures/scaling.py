@@ -141,7 +141,8 @@ def _not_drawn(dropped: list[FitRecord], extra: list[FitRecord]) -> str:
         notes.append(
             f"{len(extra)} more panel(s) in tables/scaling_fits.parquet: {', '.join(_short(r) for r in extra)}"
         )
-    return "\n" + "; ".join(notes) if notes else ""
+    # wrapped: a one-line list of every dropped panel widened the figure past its panels
+    return "".join("\n" + textwrap.fill(note, 150) for note in notes)
 
 
 def _short(rec: FitRecord) -> str:
