@@ -28,3 +28,29 @@ rule all:
         figure_files(),
         transfer_table_files(),
         scaling_outputs(),
+
+
+# One line at each end: where the results are, or what finished and how to resume. The whole-study
+# estimate comes from the cost model calibrated on this machine (groupsparse.costs.calibrate).
+onstart:
+    check_slurm_accounting()
+    print(
+        calibrate.study_estimate_line(RUNS, config, workflow.cores, R),
+        file=sys.stderr,
+    )
+
+
+onsuccess:
+    print(
+        f"done: results in {R}/ (tables/summary.csv, tables/claims.csv where made); "
+        f"review: groupsparse review {R}; report: {rerun_command(f'--report {R}/report.html')}",
+        file=sys.stderr,
+    )
+
+
+onerror:
+    print(report_text.end_line(R, log, rerun_command()), file=sys.stderr)
+
+
+# Every rule is defined now: each report() caption must exist, for every config.
+check_report_captions()

@@ -1,9 +1,10 @@
 """groupsparse: the commands behind the study's Snakemake workflow, and tools to read its results.
 
 Each workflow rule calls one subcommand (pretrain, transfer, check-tables, aggregate, plot,
-scaling, image-figures); the others are for people: `status` (how far a running study is),
-`estimate` (how long a study will take), `summary` (print a result table), `snapshot` (the
-README's results). Run a study with `snakemake --cores all`; see README.md.
+scaling, image-figures, fetch); the others are for people: `review` (a finished study's answers),
+`status` (how far a running study is, time left), `estimate` (how long a study will take),
+`calibrate` (the cost model against this machine), `summary` (print a result table), `snapshot`
+(docs/results.md). Run a study with `snakemake --cores all`; see README.md.
 """
 
 # Heavy imports (torch, sklearn) happen inside the subcommands so that --help is fast.
@@ -30,6 +31,9 @@ COMMANDS = (
     "snapshot",
     "status",
     "estimate",
+    "fetch",
+    "review",
+    "calibrate",
 )
 
 

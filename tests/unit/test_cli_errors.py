@@ -145,6 +145,6 @@ def test_snapshot_refuses_numbers_that_do_not_come_from_head(tmp_path, capsys):
         (results / "provenance.json").write_text(json.dumps({"git_commit": made_by}))
         assert (results_commit_problem(results) is not None) == refused, made_by
     (results / "provenance.json").write_text(json.dumps({"git_commit": "0" * 40}))
-    code = cli.main(["snapshot", "--results", str(results), "--readme", str(tmp_path / "R.md")])
+    code = cli.main(["snapshot", "--results", str(results), "--out", str(tmp_path / "R.md")])
     err = capsys.readouterr().err
     assert code != 0 and ("HEAD" in err or "uncommitted" in err) and not (tmp_path / "R.md").exists()

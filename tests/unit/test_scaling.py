@@ -464,7 +464,14 @@ def test_cli_writes_tables_and_figures(tmp_path, capsys):
     assert set(claims["verdict"]) <= set(VERDICTS)
     assert "verdict_rule" in io.read_provenance(out / "claims.parquet")
     assert set(io.read_parquet(out / "abl.parquet")["ablation"]) == {"none"}
-    for name in ("convergence_time", "attention_concentration", "sample_complexity", "online_error", "ablations"):
+    for name in (
+        "convergence_time",
+        "convergence_thresholds",
+        "attention_concentration",
+        "sample_complexity",
+        "online_error",
+        "ablations",
+    ):
         for ext in ("png", "pdf"):
             assert (out / "fig" / f"{name}.{ext}").stat().st_size > 1000
 

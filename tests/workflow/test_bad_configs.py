@@ -80,6 +80,11 @@ def cifar_folder(root: Path, missing: tuple[str, ...] = ()) -> Path:
     return folder
 
 
+def _a_file(path: Path) -> Path:
+    path.write_text("not a folder\n")
+    return path
+
+
 def images_task(c, **task):
     c["tasks"]["base"]["task"] = {
         "kind": "images",
@@ -159,9 +164,9 @@ BAD_CONFIGS = {
         ["transfer.hyperparameters.magic", "unknown method", "pretrained_finetune"],
     ),
     "cifar_path_empty": (lambda c, tmp: images_task(c), ["tasks.base.task.path", "cifar-10-batches-py"]),
-    "cifar_path_missing": (
-        lambda c, tmp: images_task(c, path=str(tmp / "no_such_folder")),
-        ["tasks.base.task.path", "no_such_folder", "is not a folder", "cifar-10-batches-py"],
+    "cifar_path_a_file": (  # a missing folder is fetched (test_fetch.py); a file in its place is refused
+        lambda c, tmp: images_task(c, path=str(_a_file(tmp / "not_a_folder"))),
+        ["tasks.base.task.path", "not_a_folder", "is not a folder", "cifar-10-batches-py"],
     ),
     "cifar_path_incomplete": (
         lambda c, tmp: images_task(c, path=str(cifar_folder(tmp / "partial", ("data_batch_3",)))),

@@ -326,6 +326,8 @@ def test_ctrl_c_during_training_then_sigkill_transfer_resume_to_the_same_tables(
     wait_for(lambda: (work / RESUME_FILE).exists() and job_process(proc, "pretrain"), proc, "a resume state")
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: snakemake and its jobs all get SIGINT
     assert finish(proc) != 0
+    ends = [line for line in Path(proc.log.name).read_text().splitlines() if line.startswith("interrupted: ")]
+    assert len(ends) == 1 and "again to resume" in ends[0], "Ctrl-C must end with one line saying how to resume"
     assert (work / RESUME_FILE).exists()
     assert not any((work / p).exists() for p in PRETRAIN_OUTPUTS)
     proc = start(work, cfg, TABLE_TARGET, "--rerun-incomplete")

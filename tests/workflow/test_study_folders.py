@@ -80,3 +80,38 @@ def test_spec_files_are_content_addressed_and_never_rewritten(tmp_path):
     assert first.stat().st_mtime_ns == mtime
     other = io.content_file(tmp_path, "run.pretrain", '{"a": 2}')
     assert other != first and first.read_text() == '{"a": 1}'
+
+
+def dry_run(workdir: Path, configfile: Path) -> subprocess.CompletedProcess:
+    args = ["snakemake", "-s", str(REPO / "Snakefile"), "-n", "--cores", "1", "-d", str(workdir)]
+    return subprocess.run([*args, "--configfile", str(configfile)], capture_output=True, text=True, timeout=300)
+
+
+def test_a_copied_config_with_the_same_study_name_cannot_take_over_the_folder(tmp_path):
+    """`cp config.yaml my.yaml`, edit, run: refused in one line naming study_name; the owning
+    file itself may change any setting (results/<study>/study_config.json records the owner)."""
+    cfg = yaml.safe_load((REPO / "configs/tiny.yaml").read_text())
+    own, copy = tmp_path / "own.yaml", tmp_path / "copy.yaml"
+    own.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "w"
+    assert dry_run(work, own).returncode == 0
+    owner = work / "results/tiny" / preflight.OWNER_FILE
+    assert str(own) in owner.read_text()
+    before = snapshot_names(work / "results")
+
+    copy.write_text(yaml.safe_dump(cfg | {"pretrain": cfg["pretrain"] | {"seeds": 3}}))
+    res = dry_run(work, copy)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    refused = [line for line in out.splitlines() if "study_name" in line]
+    assert len(refused) == 1 and "'tiny'" in refused[0] and str(own) in refused[0] and str(copy) in refused[0], out
+    assert snapshot_names(work / "results") == before  # no spec file of the copy was written
+
+    own.write_text(yaml.safe_dump(cfg | {"pretrain": cfg["pretrain"] | {"steps": 40}}))  # same file, new setting
+    res = dry_run(work, own)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+    assert "pretrain" in res.stdout
+
+
+def snapshot_names(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}

@@ -150,25 +150,24 @@ def test_tiny_study_end_to_end(tmp_path):
         timeout=120,
     )
     assert out.returncode == 0 and "mean_test_accuracy" in out.stdout
-    # the snapshot writes the results section between its markers, twice to the same text
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n<!-- RESULTS:BEGIN -->\nold\n<!-- RESULTS:END -->\ntail\n")
+    # the snapshot writes docs/results.md (whole, generated) and its figures, twice to the same text
+    results_md = tmp_path / "docs" / "results.md"
     snap = [
         "groupsparse",
         "snapshot",
         "--results",
         str(tmp_path / "results/tiny"),
         "--docs",
-        str(tmp_path / "docs"),
-        "--readme",
-        str(readme),
+        str(tmp_path / "docs" / "results"),
+        "--out",
+        str(results_md),
         "--wall-seconds",
         "60",
         "--allow-dirty",  # a test's tree may be dirty; the refusal itself is tested in tests/unit/test_cli_errors.py
     ]
     assert subprocess.run(snap, capture_output=True, text=True, timeout=120).returncode == 0
-    first = readme.read_text()
-    assert "old" not in first and first.endswith("tail\n") and "| pretrained_finetune |" in first
-    assert (tmp_path / "docs" / "base_transfer_accuracy.png").is_file()
+    first = results_md.read_text()
+    assert "| pretrained_finetune |" in first and "](results/base_transfer_accuracy.png)" in first
+    assert (tmp_path / "docs" / "results" / "base_transfer_accuracy.png").is_file()
     subprocess.run(snap, capture_output=True, text=True, timeout=120, check=True)
-    assert readme.read_text() == first
+    assert results_md.read_text() == first

@@ -11,7 +11,9 @@ min_version("9.0")
 # The package lives in src/; make it importable at parse time even without `pip install -e`.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from groupsparse import costs  # noqa: E402  (torch-free
+from groupsparse.costs import calibrate  # torch-free: its probe runs in a subprocess
 from groupsparse.io import files as io
+from groupsparse.io import report as report_text
 from groupsparse.study import preflight
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
@@ -28,7 +30,9 @@ try:
         config, _schema, config_files=workflow.configfiles, results=R
     )
 except preflight.StudyRefused as exc:
-    raise WorkflowError(str(exc)) from None
+    # one line, no WorkflowError header or File line: SystemExit passes snakemake's wrapping
+    print(f"snakemake: {exc}", file=sys.stderr, flush=True)
+    raise SystemExit(1) from None
 
 STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
 
@@ -141,6 +145,54 @@ def figure_files():
     ]
 
 
+# CIFAR-10 runs read their task.path folder, fetched by the fetch_cifar10 job (images.smk) if missing.
+def cifar_folders():
+    from groupsparse.data.cifar import data_folder
+
+    return {
+        r: str(data_folder(run.spec["task"]["path"]))
+        for r, run in RUNS.items()
+        if run.spec["task"].get("kind") == "images"
+        and run.spec["task"].get("dataset") == "cifar10"
+    }
+
+
+def data_inputs(run):
+    folder = cifar_folders().get(run)
+    return [folder] if folder else []
+
+
+CIFAR_FETCH = sorted(set(cifar_folders().values()))
+
+
+def rerun_command(options=""):
+    """The snakemake command of this study (--configfile last: it takes every argument after it)."""
+    files = " ".join(str(f) for f in workflow.overwrite_configfiles or [])
+    return " ".join(
+        ["snakemake", options] + ([f"--configfile {files}"] if files else [])
+    ).replace("  ", " ")
+
+
+def check_report_captions():
+    """Every caption a rule's report() names exists (else `snakemake --report` fails at the end
+    of a study): checked at parse time, so every config's dry run checks it."""
+    for each in workflow.rules:
+        for item in each.output:
+            caption = getattr(
+                (getattr(item, "flags", None) or {}).get("report"), "caption", None
+            )
+            if (
+                caption is not None
+                and not Path(caption.get_path_or_uri(secret_free=True)).is_file()
+            ):
+                print(
+                    f"snakemake: {each.name}: report caption {caption.get_path_or_uri(secret_free=True)} does not exist",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                raise SystemExit(1)
+
+
 # --- resources: from the one cost model (groupsparse.costs, fitted to measured jobs) ---------
 
 
@@ -203,7 +255,7 @@ def slurm_group(kind, wildcards):
 
 # Before the first Slurm job: where Slurm has no accounting, the executor plugin's default status
 # command (sacct) never sees a job finish and snakemake waits forever; stop with the flag instead.
-onstart:
+def check_slurm_accounting():
     plugin = workflow.executor_plugin
     status = getattr(workflow.executor_settings, "status_command", None)
     if plugin is not None and plugin.name == "slurm" and status == "sacct":
@@ -268,6 +320,7 @@ def scaling_args():
 
 SCALING_FIGURES = [
     "convergence_time",
+    "convergence_thresholds",
     "attention_concentration",
     "sample_complexity",
     "online_error",

@@ -39,3 +39,30 @@ rule image_figures:
         "groupsparse image-figures --spec @{input.spec:q} --checkpoint {input.checkpoint:q}"
         " --attention {input.attention:q} --outdir {params.outdir:q}"
         " --threads {threads:q} > {log:q} 2>&1"
+
+
+# CIFAR-10 fetched once where a study's task.path has no data yet (data/fetch.py: checked MD5,
+# safe extraction, atomic rename); never runs when the folder is there. Offline it fails in one
+# line saying what to download and where to put it. On the submitting host: it needs the internet.
+if CIFAR_FETCH:
+
+    localrules:
+        fetch_cifar10,
+
+    rule fetch_cifar10:
+        output:
+            [directory(f) for f in CIFAR_FETCH],
+        log:
+            f"{R}/logs/fetch_cifar10.log",
+        benchmark:
+            f"{R}/benchmarks/fetch_cifar10.tsv"
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=500,
+            runtime=30,
+        params:
+            dests=[str(Path(f).parent) for f in CIFAR_FETCH],
+        shell:
+            "groupsparse fetch cifar10 --dest {params.dests:q} > {log:q} 2>&1"

@@ -4,6 +4,7 @@
 rule pretrain:
     input:
         spec=lambda w: pretrain_spec_file(w.run),
+        data=lambda w: data_inputs(w.run),  # CIFAR-10 runs: the folder (fetched if missing)
     output:
         checkpoint=f"{R}/pretrain/{{run}}/seeds{{chunk}}.safetensors",
         trajectory=f"{R}/pretrain/{{run}}/seeds{{chunk}}.trajectory.parquet",

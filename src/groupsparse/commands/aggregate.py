@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser("aggregate", help="concatenate per-job tables into results/tables and summarise them")
+    p = sub.add_parser("aggregate", help="concatenate per-job tables into results/<study>/tables and summarise them")
     p.add_argument("--trajectories", nargs="+", required=True, help="per-job pretraining trajectory tables")
     p.add_argument("--attention", nargs="+", required=True, help="per-job attention tables")
     p.add_argument("--transfer", nargs="*", default=[], help="per-job transfer tables")
@@ -67,7 +67,11 @@ def run(args) -> int:
         .reset_index(drop=True)
     )
     prov = io.provenance(
-        config_hash(study), study.get("device", "cpu"), study=study, run_specs=_run_specs(args.trajectories)
+        config_hash(study),
+        study.get("device", "cpu"),
+        study=study,
+        run_specs=_run_specs(args.trajectories),
+        computed_on=io.machines_of([*args.trajectories, *(args.transfer or [])]),
     )  # every table read: their provenance is too
     att = (
         _concat(args.attention, "attention")

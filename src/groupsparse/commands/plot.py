@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser("plot", help="figures of one run (PNG and PDF) from results/tables")
+    p = sub.add_parser("plot", help="figures of one run (PNG and PDF) from results/<study>/tables")
     p.add_argument("--tables", required=True, help="folder with the aggregated tables")
     p.add_argument("--run", required=True, help="run name, e.g. base")
     p.add_argument("--outdir", required=True, help="folder for this run's figures")

@@ -1,14 +1,14 @@
-"""`groupsparse snapshot`: copy a finished run's main figures to docs/ and write its
-tables as Markdown into the README (between the RESULTS markers); see :mod:`groupsparse.io.report`."""
+"""`groupsparse snapshot`: copy a finished run's main figures to docs/results/ and write its
+tables and claims as Markdown to docs/results.md (the README links it); see :mod:`groupsparse.io.report`."""
 
 from __future__ import annotations
 
 
 def register(sub) -> None:
-    p = sub.add_parser("snapshot", help="copy main figures to docs/ and write the result tables into the README")
+    p = sub.add_parser("snapshot", help="write a finished study's results and claims to docs/results.md")
     p.add_argument("--results", default="results/default", help="a finished study's results folder")
     p.add_argument("--docs", default="docs/results", help="where the figure copies go")
-    p.add_argument("--readme", default="README.md", help="README whose RESULTS section is replaced")
+    p.add_argument("--out", default="docs/results.md", help="the Markdown file written (whole, generated)")
     p.add_argument(
         "--wall-seconds",
         type=float,
@@ -33,6 +33,6 @@ def run(args) -> int:
 
         raise InputError(f"{problem}; commit, rerun the study, then snapshot (or --allow-dirty)")
 
-    count = write_snapshot(args.results, args.docs, args.readme, args.wall_seconds, args.cores)
-    print(f"wrote {count} figures to {args.docs} and the results section of {args.readme}")
+    count = write_snapshot(args.results, args.docs, args.out, args.wall_seconds, args.cores)
+    print(f"wrote {args.out} and {count} figures to {args.docs}")
     return 0

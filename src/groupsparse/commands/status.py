@@ -58,4 +58,44 @@ def run(args) -> int:
             lines.append(f"{str(job):<48} {state:<9} {detail}")
     print("\n".join(lines) if lines else "no job running or failed")
     print("jobs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    left = time_left_line(results, now)
+    if left:
+        print(left)
     return 1 if counts.get("failed") else 0
+
+
+def seconds_of(text: str) -> float:
+    """Inverse of io.progress.duration: '12s', '3.5min', '2.1h' -> seconds (0 if unreadable)."""
+    match = re.fullmatch(r"([0-9.]+)(s|min|h)", text.strip())
+    return float(match.group(1)) * {"s": 1, "min": 60, "h": 3600}[match.group(2)] if match else 0.0
+
+
+def time_left_line(results: Path, now: float) -> str | None:
+    """From results/<study>/estimate.json (the calibrated per-job predictions the run's start wrote):
+    the predicted time of the jobs without a benchmark file, less what running jobs have spent."""
+    import json
+
+    from ..costs.calibrate import ESTIMATE_FILE, study_seconds
+    from ..io.progress import PATTERN, duration
+
+    try:
+        estimate = json.loads((results / ESTIMATE_FILE).read_text())
+        jobs = estimate["jobs"]
+    except (OSError, ValueError, KeyError):
+        return None
+    left = {}
+    for job, seconds in jobs.items():
+        if (results / "benchmarks" / f"{job}.tsv").is_file():
+            continue
+        log = results / "logs" / f"{job}.log"
+        spent = 0.0
+        if log.is_file():
+            found = [m for m in map(PATTERN.match, log.read_text(errors="replace").splitlines()) if m]
+            spent = seconds_of(found[-1].group("elapsed")) if found else 0.0
+        left[job] = max(seconds - spent, 0.0)
+    if not left:
+        return None
+    total = study_seconds(left, estimate.get("cores", 1), estimate.get("threads", 1))
+    return (
+        f"about {duration(total)} left on this machine for {len(left)} jobs (calibrated estimate from the run's start)"
+    )

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 def register(sub) -> None:
     p = sub.add_parser("summary", help="print a result table (Parquet) as an aligned text table")
-    p.add_argument("table", help="e.g. results/tables/summary.parquet")
+    p.add_argument(
+        "table",
+        help="a table of a study: results/<study>/tables/<name>.parquet, e.g. results/default/tables/summary.parquet",
+    )
     p.add_argument(
         "--where",
         action="append",

@@ -163,7 +163,7 @@ class ImageTaskSpec:
                 self.path != "",
                 f"{where}.path",
                 "cifar10 needs the folder holding the python batches (cifar-10-batches-py), downloaded "
-                "by you from https://www.cs.toronto.edu/~kriz/cifar.html; the workflow never downloads",
+                "(the workflow fetches it there if it does not exist yet: see `groupsparse fetch cifar10 --help`)",
             )
         else:
             _check(

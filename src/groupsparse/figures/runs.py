@@ -10,18 +10,8 @@ import pandas as pd
 from . import pyplot, save
 
 plt = pyplot()
-METHOD_LABELS = {
-    "pretrained_finetune": "pretrained, fine-tuned (SGD)",
-    "pretrained_frozen_W": "pretrained, W frozen",
-    "scratch_transformer": "same model from zero init",
-    "logreg": "logistic regression on vec(X)",
-    "group_lasso": "group-lasso logistic",
-    "mlp": "MLP on vec(X)",
-    "std_transformer": "standard 2-layer transformer",
-    "pretrained_probe": "pretrained u(X), logistic probe (W frozen)",
-    "pretrained_finetune_v0": "pretrained W, v reset to 0, fine-tuned",
-    "pretrained_frozen_W_v0": "pretrained W frozen, v reset to 0",
-}
+# Legends name each method exactly as the tables do (column `method`); what each is: the
+# report's caption (workflow/report/transfer_accuracy.rst) and docs/STUDY.md section 4.
 
 
 def describe(spec: dict | None, run: str) -> str:
@@ -141,9 +131,8 @@ def transfer_accuracy(summary: pd.DataFrame, title: str, outdir: Path):
         s = summary[summary["downstream"] == down]
         for method, g in s.groupby("method", sort=False):
             g = g.sort_values("n")
-            label = METHOD_LABELS.get(method, method)
-            (line,) = ax.plot(g["n"], g["mean_test_accuracy"], marker="o", ms=3, color=colors[method], label=label)
-            legend.setdefault(label, line)
+            (line,) = ax.plot(g["n"], g["mean_test_accuracy"], marker="o", ms=3, color=colors[method], label=method)
+            legend.setdefault(method, line)
             ax.fill_between(g["n"], g["ci_low"], g["ci_high"], color=colors[method], alpha=0.15)
             bad = g[g["n_seeds_not_ok"] > 0]
             if len(bad):  # where no seed is ok the mean is NaN: mark the n on the chance line

@@ -121,12 +121,45 @@ def _title(rec: FitRecord) -> str:
     return f"{rec.label}; {cfg}\n{len(rec.fit.names)} levels; seeds/level {seeds}"
 
 
-def convergence_figure(records: list[FitRecord]):
-    """The theorem's targets first (one-sided claim: at most D^3; the D^3 line for reference),
-    then the fixed thresholds (descriptive rates)."""
+MAX_PANELS = 12  # a figure with more panels is unreadable on a screen: split it (or say what is left out)
+
+
+def drawable(records: list[FitRecord]) -> tuple[list[FitRecord], list[FitRecord]]:
+    """Records with at least one uncensored point, and those with only censored markers (not drawn:
+    an empty panel says less than one line naming them)."""
+    keep = [r for r in records if (~r.points["censored"].astype(bool)).any()]
+    return keep, [r for r in records if r not in keep]
+
+
+def _not_drawn(dropped: list[FitRecord], extra: list[FitRecord]) -> str:
+    notes = []
+    if dropped:
+        notes.append(
+            f"{len(dropped)} panel(s) with only censored seeds not drawn: {', '.join(_short(r) for r in dropped)}"
+        )
+    if extra:
+        notes.append(
+            f"{len(extra)} more panel(s) in tables/scaling_fits.parquet: {', '.join(_short(r) for r in extra)}"
+        )
+    # wrapped: a one-line list of every dropped panel widened the figure past its panels
+    return "".join("\n" + textwrap.fill(note, 150) for note in notes)
+
+
+def _short(rec: FitRecord) -> str:
+    g = {k: v for k, v in rec.group.items() if k not in ("quantity", "at")}
+    return f"{rec.label} ({', '.join(f'{k}={v}' for k, v in g.items())})"
+
+
+def convergence_figure(records: list[FitRecord], descriptive: bool = False):
+    """Steps to a target against D: the theorem's targets (one-sided claim: at most D^3; the D^3
+    line for reference), or with ``descriptive`` the fixed thresholds (descriptive rates): two
+    figures, each at most MAX_PANELS panels, none of only censored markers."""
+    what = "fixed thresholds" if descriptive else "the theorem's targets"
+    records = sorted((r for r in records if bool(r.descriptive) == descriptive), key=lambda r: r.group.get("d", 0))
+    records, dropped = drawable(records)
+    records, extra = records[:MAX_PANELS], records[MAX_PANELS:]
     if not records:
-        return _empty("steps to threshold vs D", "no runs with role scaling")
-    records = sorted(records, key=lambda r: (r.descriptive, r.group.get("d", 0)))
+        return _empty(f"steps to {what} vs D", "no runs with role scaling" + _not_drawn(dropped, extra))
     fig, axes = _grid(len(records))
     for ax, rec in zip(axes, records):
         fit_panel(ax, rec, x_exp=True, y_exp=True, theory_slope=3.0, x_label="D (groups)", y_label="steps T")
@@ -141,10 +174,12 @@ def convergence_figure(records: list[FitRecord]):
                 ax.get_title() + f"\none-sided {CONFIDENCE:.0%} lower bound {low:.2f} (claim: at most 3)",
                 fontsize=8,
             )
-    fig.suptitle(
-        "Steps until min over queries of S[j*, j] >= 1 - exp(-c D) (theorem: O(D^3) steps suffice), "
-        "then fixed thresholds (descriptive); dashed: slope 3 through the fit's centre"
+    title = (
+        "Steps until the mean attention on j* (or the loss) first reaches a fixed threshold (descriptive rates)"
+        if descriptive
+        else "Steps until min over queries of S[j*, j] >= 1 - exp(-c D) (theorem: O(D^3) steps suffice)"
     )
+    fig.suptitle(title + "; dashed: slope 3 through the fit's centre" + _not_drawn(dropped, extra))
     return fig
 
 
@@ -254,6 +289,7 @@ def write_all(analysis: Analysis, directory) -> list[Path]:
     by = lambda name: [r for r in analysis.fits if r.analysis == name]
     figures = {
         "convergence_time": convergence_figure(by("convergence_time")),
+        "convergence_thresholds": convergence_figure(by("convergence_time"), descriptive=True),
         "attention_concentration": concentration_figure(by("attention_concentration")),
         "sample_complexity": sample_complexity_figure([r for r in analysis.joint if r.analysis == "sample_complexity"]),
         "online_error": online_error_figure([r for r in analysis.joint if r.analysis == "online_error"]),

@@ -81,6 +81,53 @@ def _static_provenance() -> dict[str, Any]:
         "versions": versions,
         "host": socket.gethostname(),
         "platform": platform.platform(),
+        "cpu": cpu_info(),
+    }
+
+
+# Instruction-set extensions that change which kernels torch/BLAS run, so the last bits of a float result.
+ISA_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "amx_tile",
+    "neon",
+    "asimd",
+    "sve",
+)
+
+
+def cpu_info(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> dict[str, Any]:
+    """The CPU's model, its instruction-set extensions (those of ISA_FLAGS it has, from /proc/cpuinfo's
+    flags or, on ARM, Features) and logical CPU count: numbers can differ across CPUs in the last bits."""
+    model, flags = platform.processor() or platform.machine(), set()
+    with contextlib.suppress(OSError):
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            if key in ("model name", "cpu model") and value.strip():
+                model = value.strip()
+            elif key in ("flags", "features") and not flags:
+                flags = set(value.split())
+    return {
+        "model": model,
+        "machine": platform.machine(),
+        "isa": [f for f in ISA_FLAGS if f in flags],
+        "logical_cpus": os.cpu_count(),
+    }
+
+
+def thread_info() -> dict[str, Any]:
+    """Threads the numbers were computed with: torch's intra-op count (if torch is loaded) and the
+    environment's limits."""
+    torch = sys.modules.get("torch")
+    return {
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        **{k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
     }
 
 
@@ -106,7 +153,26 @@ def git_commit() -> str:
 
 
 def provenance(config_hash: str, device: str = "cpu", **extra: Any) -> dict[str, Any]:
-    return {"config_hash": config_hash, "device": device, "argv": sys.argv[1:], **_static_provenance(), **extra}
+    return {
+        "config_hash": config_hash,
+        "device": device,
+        "argv": sys.argv[1:],
+        **_static_provenance(),
+        "threads": thread_info(),
+        **extra,
+    }
+
+
+def machines_of(paths) -> list[dict[str, Any]]:
+    """The distinct (host, CPU, instruction set, threads) the tables at ``paths`` were computed on:
+    an aggregated table's provenance names every machine its numbers came from."""
+    seen: list[dict[str, Any]] = []
+    for path in paths:
+        prov = read_provenance(path)
+        machine = {"host": prov.get("host"), "cpu": prov.get("cpu"), "threads": prov.get("threads")}
+        if machine not in seen:
+            seen.append(machine)
+    return seen
 
 
 def write_parquet(df, path, prov: dict[str, Any]) -> None:

@@ -100,7 +100,7 @@ def input_problems(runs: dict[str, Any], where_of) -> list[str]:
     for name, run in runs.items():
         task = run.spec["task"]
         if task.get("kind") == "images" and task.get("dataset") == "cifar10":
-            problem = cifar_folder_problem(task.get("path", ""), f"{where_of(name)}.task.path")
+            problem = cifar_folder_problem(task.get("path", ""), f"{where_of(name)}.task.path", fetchable=True)
             if problem and problem not in problems:
                 problems.append(problem)
     return problems
@@ -240,7 +240,43 @@ def _check_study(config, schema, config_files, results) -> dict:
     problems = input_problems(runs, where) + [p for p in [results_problem(results)] if p]
     if problems:
         raise StudyRefused("cannot run the study: " + "; ".join(problems))
+    problem = results_owner_problem(results, config_files)
+    if problem:
+        raise StudyRefused(f"cannot run the study: {problem}")
     return runs
+
+
+OWNER_FILE = "study_config.json"
+
+
+def results_owner_problem(results: str | os.PathLike, config_files=()) -> str | None:
+    """None if ``results`` belongs to these config files (recorded in results/<study>/study_config.json
+    on first use), else why not: a copied config that kept its study_name must never silently
+    replace another config's results. Editing a setting in the same file is fine."""
+    import json
+
+    from ..io.files import write_text_atomic
+
+    def shown_path(path) -> str:
+        path = Path(path).resolve()
+        return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+    files = [shown_path(p) for p in config_files]
+    owner = Path(results) / OWNER_FILE
+    try:
+        recorded = json.loads(owner.read_text())["config_files"]
+    except FileNotFoundError:
+        write_text_atomic(owner, json.dumps({"config_files": files}, indent=1) + "\n")
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{owner}: unreadable; delete it to let {', '.join(files) or 'this config'} own {results}"
+    if recorded == files:
+        return None
+    return (
+        f"study_name: {Path(results).name!r} already holds the results of {', '.join(recorded) or 'another config'}, "
+        f"not of {', '.join(files) or 'this config'}; set another study_name in your config "
+        f"(or delete {owner} to hand the folder over)"
+    )
 
 
 STATUS_FLAG = "--slurm-status-command squeue"
