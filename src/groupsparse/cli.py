@@ -26,6 +26,7 @@ COMMANDS = (
     "plot",
     "summary",
     "scaling",
+    "predict",
     "image_figures",
     "snapshot",
     "status",

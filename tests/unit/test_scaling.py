@@ -3,19 +3,21 @@ and judges claims by its stated rule, deterministically."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
+from schema_settings import schema_config, settings
 
 from groupsparse.analysis import inputs, scaling_laws
 from groupsparse.analysis.claims import CLAIM_COLUMNS, analyse
-from groupsparse.analysis.scaling_laws import Settings
+from groupsparse.analysis.settings import Settings
 from groupsparse.analysis.stats import VERDICTS, Prediction, first_crossing, verdict
 from groupsparse.io.files import InputError
 
-FAST = Settings(n_boot=400, loss_target=None)
+FAST = settings(n_boot=400, loss_target=None)
 
 
 # -- synthetic tables ----------------------------------------------------------------------
@@ -188,10 +190,10 @@ def test_crossing_times_keep_censored_and_diverged_seeds():
 
 def test_cubic_growth_is_recovered_and_fixed_thresholds_stay_descriptive():
     """Over 10 synthetic studies the 95% interval should contain 3 about 9.5 times; demand 8."""
-    settings = Settings(n_boot=300, loss_target=None, thresholds=(0.5, 0.99))
+    s = settings(n_boot=300, loss_target=None, thresholds=(0.5, 0.99))
     covered = 0
     for data_seed in range(10):
-        a = analyse(synthetic_trajectories(3.0, seed=data_seed), None, settings)
+        a = analyse(synthetic_trajectories(3.0, seed=data_seed), None, s)
         fits = a.fits_table().set_index(["analysis", "label"])
         for thr in (0.5, 0.99):
             row = fits.loc[("convergence_time", f"mean attention on j* >= {thr:g}")]
@@ -212,7 +214,7 @@ def test_another_exponent_is_a_descriptive_rate():
 
 def test_censored_level_makes_the_fit_inconclusive_not_silently_shorter():
     traj = synthetic_trajectories(3.0, budget=int(0.5 * 16**3 * 3))  # D = 32 cannot reach 0.5
-    a = analyse(traj, None, Settings(n_boot=400, loss_target=None, target_c=(0.5,)))
+    a = analyse(traj, None, settings(n_boot=400, loss_target=None, target_c=(0.5,)))
     cr = a.crossings
     assert cr[(cr["D"] == 32) & (cr["threshold"] == 0.5)]["censored"].all()
     fit = a.fits_table().set_index("label").loc["mean attention on j* >= 0.5"]
@@ -228,7 +230,7 @@ def test_bootstrap_is_seeded_by_the_analysis_identity():
     one = analyse(traj, None, FAST).fits_table()
     two = analyse(traj.sample(frac=1.0, random_state=3), None, FAST).fits_table()  # row order irrelevant
     pd.testing.assert_frame_equal(one, two)
-    other = analyse(traj, None, Settings(n_boot=400, loss_target=None, study_seed=7)).fits_table()
+    other = analyse(traj, None, settings(n_boot=400, loss_target=None, study_seed=7)).fits_table()
     assert not np.allclose(one["low"], other["low"])
 
 
@@ -252,11 +254,11 @@ def test_joint_fit_separates_d_plus_D_from_d_times_D():
         "logreg": lambda d, D: d * D,
         "group_lasso": lambda d, D: d,
     }
-    settings = Settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,), methods=tuple(scales))
+    s = settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,), methods=tuple(scales))
     a = analyse(
         synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
         synthetic_transfer(configs=FACTORIAL, scales=scales),
-        settings,
+        s,
     )
     fits = a.fits_table()
     joint = fits[(fits["analysis"] == "sample_complexity") & (fits["law"] == "n*")].set_index(["method", "coefficient"])
@@ -311,7 +313,7 @@ def synthetic_online(alpha=-0.6, beta=0.8, seeds=5, noise=0.05, seed=0) -> pd.Da
 
 
 def test_online_error_rates_are_recovered():
-    s = Settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,), methods=())
+    s = settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,), methods=())
     traj = synthetic_trajectories(3.0, D_grid=(4,), seeds=2)
     a = analyse(traj, synthetic_online(), s)
     fits = a.fits_table()
@@ -330,7 +332,7 @@ def test_method_that_never_reaches_the_target_is_censored():
     a = analyse(
         synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
         tr,
-        Settings(n_boot=300, loss_target=None, accuracy_targets=(0.8,)),
+        settings(n_boot=300, loss_target=None, accuracy_targets=(0.8,)),
     )
     row = claim(a, "logreg: n* grows like d D, a + b = 2 (accuracy 0.8")
     assert row["verdict"] == "inconclusive" and "censored" in row["why"]
@@ -405,7 +407,7 @@ def test_ablation_table_reports_transfer_at_a_few_sizes():
     traj, tr = (as_run(frame, "ablation_none", "ablation", "none") for frame in (traj, tr))
     traj2, tr2 = (as_run(frame, "ablation_iid", "ablation", "iid") for frame in (traj, tr))
     a = analyse(
-        pd.concat([traj, traj2]), pd.concat([tr, tr2]), Settings(n_boot=200, loss_target=None, ablation_sizes=(8, 64))
+        pd.concat([traj, traj2]), pd.concat([tr, tr2]), settings(n_boot=200, loss_target=None, ablation_sizes=(8, 64))
     )
     acc = a.ablations[a.ablations["metric"] == "test_accuracy"]
     assert sorted(acc["n"].unique()) == [8, 64] and set(acc["ablation"]) == {"none", "iid"}
@@ -436,6 +438,9 @@ def test_cli_writes_tables_and_figures(tmp_path, capsys):
     tr = tmp_path / "transfer.parquet"
     io.write_parquet(synthetic_transfer(seeds=2), tr, io.provenance("abc"))
     out = tmp_path / "out"
+    spec = tmp_path / "analysis.json"
+    config = schema_config(n_boot=200, accuracy_targets=[0.8])
+    spec.write_text(json.dumps(Settings.spec(config)))
     argv = [
         "scaling",
         "--trajectories",
@@ -453,10 +458,8 @@ def test_cli_writes_tables_and_figures(tmp_path, capsys):
         str(out / "points.parquet"),
         "--figures",
         str(out / "fig"),
-        "--n-boot",
-        "200",
-        "--accuracy-targets",
-        "0.8",
+        "--spec",
+        str(spec),
     ]
     assert cli.main(argv) == 0
     claims = io.read_parquet(out / "claims.parquet")
@@ -481,7 +484,7 @@ def test_unknown_downstream_is_a_clear_error():
         analyse(
             synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
             tr,
-            Settings(n_boot=200, downstream=("negative_control",)),
+            settings(n_boot=200, downstream=("negative_control",)),
         )
 
 
@@ -491,7 +494,7 @@ def test_a_threshold_met_before_the_first_measurement_is_censored():
     cr = scaling_laws.crossing_times(traj, thresholds=(0.5,))
     d2 = cr[cr["D"] == 2]
     assert d2["censored"].all() and d2["reason"].str.startswith("already reached at the first recorded step").all()
-    a = analyse(traj, None, Settings(n_boot=200, loss_target=None, thresholds=(0.5,), target_c=(0.3,)))
+    a = analyse(traj, None, settings(n_boot=200, loss_target=None, thresholds=(0.5,), target_c=(0.3,)))
     fit = a.fits_table().set_index("label").loc["mean attention on j* >= 0.5"]
     assert not fit["usable"] and "D=2" in fit["blocker"]
 
@@ -502,7 +505,7 @@ def test_transfer_target_met_at_the_smallest_n_is_censored():
     a = analyse(
         synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
         tr,
-        Settings(n_boot=200, loss_target=None, accuracy_targets=(0.8,)),
+        settings(n_boot=200, loss_target=None, accuracy_targets=(0.8,)),
     )
     row = claim(a, "pretrained_finetune: n* grows no faster than d + D, a + b <= 1 (accuracy 0.8")
     assert row["verdict"] == "inconclusive" and "censored" in row["why"]
@@ -516,7 +519,7 @@ def test_readme_grid_section_lists_every_grid_point_and_the_joint_fit(tmp_path):
     from groupsparse.io import report
 
     tr = synthetic_transfer(configs=FACTORIAL, seeds=3)
-    a = analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), tr, Settings(n_boot=200, accuracy_targets=(0.9,)))
+    a = analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), tr, settings(n_boot=200, accuracy_targets=(0.9,)))
     io.write_parquet(a.fits_table(), tmp_path / "scaling_fits.parquet", io.provenance("abc"))
     io.write_parquet(summary.sample_complexity(tr), tmp_path / "sample_complexity.parquet", io.provenance("abc"))
     text = report.grid_section(tmp_path)

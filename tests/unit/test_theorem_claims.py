@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from schema_settings import settings
 
 from groupsparse.analysis.claims import analyse, batch_claims, stability_claims
-from groupsparse.analysis.scaling_laws import Settings, crossing_times, theorem_target
+from groupsparse.analysis.scaling_laws import crossing_times, theorem_target
 from groupsparse.analysis.stats import Prediction, verdict
 from groupsparse.config.specs import ConfigError
 from groupsparse.study.runs import expand
@@ -58,7 +59,7 @@ def power_time(a):
     return lambda t, D: np.exp(-t / D ** (a - 1))
 
 
-SETTINGS = Settings(n_boot=400, loss_target=None, thresholds=(0.5,), target_c=(0.1, 0.2, 0.3), kappas=(0.5, 1, 2))
+SETTINGS = settings(n_boot=400, loss_target=None, thresholds=(0.5,), target_c=(0.1, 0.2, 0.3), kappas=(0.5, 1, 2))
 
 
 def theorem_claim(a, c):

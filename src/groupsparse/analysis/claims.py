@@ -265,9 +265,8 @@ CLAIM_COLUMNS = [
 ]
 
 
-def analyse(traj: pd.DataFrame, transfer: pd.DataFrame | None, s: Settings | None = None) -> Analysis:
+def analyse(traj: pd.DataFrame, transfer: pd.DataFrame | None, s: Settings) -> Analysis:
     """Fits, claims (with verdicts by :func:`verdict`) and the ablation table from the input tables."""
-    s = s or Settings()
     check_columns(traj, TRAJECTORY_COLUMNS, "trajectory table")
     transfer = transfer if transfer is not None else pd.DataFrame(columns=TRANSFER_COLUMNS)
     scaled = with_role(traj, "scaling")

@@ -24,11 +24,10 @@ import pandas as pd
 
 from .fits import Fit, fit_levels, mean_stat
 from .inputs import (
-    BASELINE_METHOD,
-    PRETRAINED_METHOD,
     TRAJECTORY_COLUMNS,
     check_columns,
 )
+from .settings import Settings
 from .stats import CONFIDENCE, Prediction, bootstrap_generator, first_crossing, fmt_values, one_sided_low
 
 ATTENTION_RESOLUTION = 1e-6  # 1 - mass below this is under float32 resolution: censored
@@ -164,23 +163,6 @@ class FitRecord:
 
 
 GROUP_KEYS = ("d", "D", "method", "downstream", "quantity", "threshold", "c", "at", "law")
-
-
-@dataclass(frozen=True)
-class Settings:
-    thresholds: tuple[float, ...] = (0.5, 0.9, 0.99)
-    loss_target: float | None = 0.3
-    accuracy_targets: tuple[float, ...] = (0.8, 0.9)
-    methods: tuple[str, ...] = (PRETRAINED_METHOD, BASELINE_METHOD)
-    downstream: tuple[str, ...] | None = ("transfer",)  # None: every downstream (incl. negative_control)
-    near_one: float = 0.9  # "near 1" for final attention and cos(v1, v*)
-    baseline: str = "ablation_none"
-    ablation_sizes: tuple[int, ...] | None = None  # None: smallest, middle and largest n of the grid
-    ablation_methods: tuple[str, ...] = (PRETRAINED_METHOD,)
-    n_boot: int = 2000
-    study_seed: int = 0
-    target_c: tuple[float, ...] = (0.1, 0.2, 0.3)  # the theorem's targets 1 - exp(-c D)
-    kappas: tuple[float, ...] = (0.5, 1.0, 2.0)  # concentration measured at steps kappa D^3
 
 
 def convergence_time_fits(crossings: pd.DataFrame, s: Settings) -> list[FitRecord]:
