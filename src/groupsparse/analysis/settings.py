@@ -64,7 +64,8 @@ class Settings:
                 "study_seed": int(spec["study_seed"]),
             }
         except KeyError as exc:
-            raise InputError(f"{where}: missing key {exc.args[0]!r} (write the spec from the schema-filled config)")
+            missing = exc.args[0]
+            raise InputError(f"{where}: missing key {missing!r} (write it from the schema-filled config)") from None
         return cls(**values)
 
     @staticmethod
