@@ -9,15 +9,14 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from schema_settings import schema_config
+from test_theorem_claims import min_attention_runs
 
 from groupsparse import cli
 from groupsparse.analysis.claims import analyse
 from groupsparse.analysis.predict import PREDICTION_COLUMNS
 from groupsparse.analysis.settings import Settings
 from groupsparse.io import files as io
-
-from schema_settings import schema_config
-from test_theorem_claims import min_attention_runs
 
 # 1 - min attention = exp(-t / (4 D^2)): at t = kappa D^3 it is exp(-kappa D / 4), exactly exponential in D
 EXPONENTIAL = lambda t, D: np.exp(-t / (4 * D**2))  # noqa: E731
@@ -45,7 +44,7 @@ def study(tmp_path):
 def test_predict_writes_the_table_from_the_fit_levels(study, tmp_path):
     traj, paths, spec, s = study
     out = tmp_path / "pred.parquet"
-    fit = [p for D, p in paths.items() if D <= s.fit_D_max]
+    fit = [p for D, p in paths.items() if s.fit_D_max >= D]
     argv = [
         "predict",
         "--trajectories",
@@ -84,7 +83,7 @@ def test_predict_refuses_a_run_beyond_fit_D_max(study, tmp_path):
 def test_the_claims_say_which_law_holds_the_measurement(study, tmp_path):
     traj, paths, spec, s = study
     out = tmp_path / "pred.parquet"
-    fit = [p for D, p in paths.items() if D <= s.fit_D_max]
+    fit = [p for D, p in paths.items() if s.fit_D_max >= D]
     cli.main(
         ["predict", "--trajectories", *fit, "--spec", str(spec), "--out", str(out), "--out-csv", str(tmp_path / "c")]
     )
