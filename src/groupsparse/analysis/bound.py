@@ -4,7 +4,7 @@
   about it is the constant it needs there: kappa_c = max over D of T_c(D) / D^3, T_c(D) the
   geometric mean over seeds of the steps until min_j S[j*, j] >= 1 - exp(-c D). Its interval is the
   t interval (k - 1 degrees of freedom) of the mean log steps at the level where the maximum is
-  reached, divided by D^3 there (coverage: tests/unit/test_bound_coverage.py).
+  reached, divided by D^3 there (coverage: tests/unit/test_theorem_coverage.py).
 * The population limit: the theorem is about population gradient descent; the batch check runs
   the grid's tasks at several batches, paired by seed. Per seed, a headline quantity (log steps to
   the theorem's target; log(1 - min attention) at kappa D^3) is fitted linearly in 1/batch and read

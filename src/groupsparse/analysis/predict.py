@@ -14,7 +14,7 @@ rule's inputs are those runs' files), and predicts the level mean at each D of `
   level, Welch-Satterthwaite degrees of freedom; and the lack-of-fit test of each law on the fit
   levels (F = s^2 / mean(s_i^2 / k_i)).
 
-Both interval methods are checked for coverage in tests/unit/test_prediction_coverage.py. The
+Both interval methods are checked for coverage in tests/unit/test_theorem_coverage.py. The
 verdict (:func:`prediction_claims`) compares the measured level mean at each D > fit_D_max with
 each law's interval: one law, both, or neither holds it.
 """
@@ -222,9 +222,17 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
         blocker = ("; ".join(sorted(set(g.loc[~np.isfinite(y), "reason"]))) if not np.isfinite(y).all() else "") or (
             p["blocker"].iloc[0] if p["blocker"].astype(bool).any() else ""
         )
-        inside = {}
+        inside, close = {}, []
+        margin = math.log1p(s.machine_spread)  # a relative spread of r, on the log scale
         for _, r in p.iterrows():
             inside[r["law"]] = bool(r["log_low"] <= m <= r["log_high"]) if np.isfinite(m) else False
+            if np.isfinite(m) and min(abs(m - r["log_low"]), abs(m - r["log_high"])) < margin:
+                close.append(r["law"])
+        if close and not blocker:
+            blocker = (
+                f"could flip under the cross-machine spread ({s.machine_spread:.2g} relative): the measured value "
+                f"lies that close to the edge of the {' and '.join(close)} interval"
+            )
         held = [law for law, ok in inside.items() if ok]
         outcome = (
             "inconclusive"
