@@ -272,6 +272,7 @@ def prediction_inputs(wildcards):
 
 SCALING_FIGURES = [
     "convergence_time",
+    "out_of_sample",
     "attention_concentration",
     "sample_complexity",
     "online_error",

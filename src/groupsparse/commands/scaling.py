@@ -73,6 +73,7 @@ def run(args) -> int:
     from ..analysis.stats import VERDICT_RULE
     from ..config.specs import config_hash
     from ..figures import scaling as scaling_figures
+    from ..figures import theorem as theorem_figures
     from ..io import files as io
 
     settings = Settings.read(args.spec)
@@ -98,6 +99,7 @@ def run(args) -> int:
     if args.out_crossings:
         io.write_parquet(analysis.crossings, args.out_crossings, prov)
     scaling_figures.write_all(analysis, args.figures)
+    theorem_figures.write(traj[traj["role"] == "scaling"], predictions, settings.kappas, args.figures)
     counts = analysis.claims["verdict"].value_counts().to_dict()
     print(
         f"scaling: {len(analysis.fits)} fits, {len(analysis.claims)} claims {counts}, "
