@@ -31,7 +31,7 @@ def out_of_sample_figure(traj: pd.DataFrame, predictions: pd.DataFrame | None, k
                 mean, lo, hi = mean_interval(g["log_rest"])
                 if not np.isfinite(mean):
                     continue
-                color = "k" if D <= fit_max else "C2"
+                color = "k" if fit_max >= D else "C2"
                 err = [[np.exp(mean) - np.exp(lo)], [np.exp(hi) - np.exp(mean)]] if np.isfinite(lo) else None
                 ax.errorbar(D, np.exp(mean), yerr=err, fmt="o", color=color, ms=4, capsize=2)
         for law, q in p.groupby("law", sort=True):
