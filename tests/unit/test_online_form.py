@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from schema_settings import settings
 
 from groupsparse.analysis.online_form import online_form_claims
-
-from schema_settings import settings
 
 GRID = [(d, D) for d in (5, 10, 20) for D in (4, 8, 16)]
 SIZES = (8, 32, 128, 512, 2048)

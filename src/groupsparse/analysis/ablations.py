@@ -29,7 +29,7 @@ def ablation_table(traj: pd.DataFrame, transfer: pd.DataFrame | None, s) -> pd.D
 
     Columns: run, role, ablation (the variant's name), metric, method, n, mean, low, high, n_seeds,
     n_diverged, baseline_mean, delta, delta_low, delta_high (delta = ablation - baseline, Welch's t
-    interval; intervals clipped to the metric's range). ``s``: the analysis' :class:`.scaling_laws.Settings`.
+    interval; intervals clipped to the metric's range). ``s``: the analysis' :class:`.settings.Settings`.
     """
     cols = [
         "run",
