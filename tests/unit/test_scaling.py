@@ -255,7 +255,7 @@ def test_joint_fit_separates_d_plus_D_from_d_times_D():
         "logreg": lambda d, D: d * D,
         "group_lasso": lambda d, D: d,
     }
-    s = settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,), methods=tuple(scales))
+    s = settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,), methods=tuple(scales), machine_spread=0.0)
     a = analyse(
         synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
         synthetic_transfer(configs=FACTORIAL, scales=scales),
@@ -540,3 +540,18 @@ def test_readme_grid_section_lists_every_grid_point_and_the_joint_fit(tmp_path):
     assert header.count("d=") == 9
     assert "| pretrained_finetune | n* |" in text and "| logreg | n* |" in text
     assert "| pretrained_finetune | n*/log^2 n* |" in text
+
+
+def test_a_verdict_within_the_machine_spread_is_inconclusive():
+    from groupsparse.analysis.claims import machine_robust
+    from groupsparse.analysis.rows import _claim
+
+    rows = [
+        _claim("near", "", Prediction("greater", 0.9), 0.95, 0.905, 0.99, "", "", "final_state", 5),
+        _claim("far", "", Prediction("greater", 0.9), 0.97, 0.95, 0.99, "", "", "final_state", 5),
+    ]
+    table = pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    assert list(table["verdict"]) == ["holds", "holds"]
+    judged = machine_robust(table, settings(machine_spread=0.01))  # 0.905 is within 1% of 0.9; 0.95 is not
+    assert list(judged["verdict"]) == ["inconclusive", "holds"] and "cross-machine" in judged["why"].iloc[0]
+    assert list(machine_robust(table, settings(machine_spread=0.0))["verdict"]) == ["holds", "holds"]
