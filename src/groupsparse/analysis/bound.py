@@ -29,6 +29,14 @@ def _post_hoc(s: Settings) -> str:
     return " (c chosen after seeing data)" if s.target_c_post_hoc else " (c fixed before the data)"
 
 
+def _batches(df: pd.DataFrame) -> str:
+    """Which batch the numbers are at (the grid's own)."""
+    if "batch" not in df.columns:
+        return "batch not recorded"
+    values = sorted({int(b) for b in df["batch"].dropna()})
+    return f"at batch {', '.join(map(str, values))}"
+
+
 def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
     """Per d and c: kappa_c = max over D of T_c(D) / D^3, with an interval; a bound's wording."""
     rows = []
@@ -49,6 +57,7 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
         blocker = f"level(s) {', '.join(censored)} censored: kappa is at least their bound" if censored else ""
         blocker = blocker or (f"{k} seed(s) at D = {D_top}, need {MIN_SEEDS}" if k < MIN_SEEDS else "")
         ratios = ", ".join(f"D={D}: {math.exp(v):.3g}" for D, v, *_ in levels)
+        batch = _batches(g)
         still = (
             f"; the largest ratio is at the largest D ({D_top}): the constant may still grow with D"
             if D_top == D_max
@@ -63,7 +72,7 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
             math.exp(lo) if np.isfinite(lo) else math.nan,
             math.exp(hi) if np.isfinite(hi) else math.nan,
             blocker,
-            f"d = {d}, c = {c:g}{_post_hoc(s)}; T_c(D) / D^3 (geometric mean over seeds) per level: {ratios}; "
+            f"d = {d}, c = {c:g}{_post_hoc(s)}, {batch}; T_c(D) / D^3 (geometric mean over seeds) per level: {ratios}; "
             f"interval: the seeds' t interval at D = {D_top}",
             "bound_constant",
             int(sum(L[-1] for L in levels)),

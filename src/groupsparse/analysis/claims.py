@@ -284,7 +284,8 @@ def machine_robust(claims: pd.DataFrame, s: Settings) -> pd.DataFrame:
     v = claims["predicted_value"].to_numpy(float)
     edges = np.column_stack([claims["low"].to_numpy(float), claims["high"].to_numpy(float)])
     with np.errstate(invalid="ignore"):
-        gap = np.nanmin(np.where(np.isfinite(edges), np.abs(edges - v[:, None]), np.inf), axis=1)
+        usable = np.isfinite(edges) & np.isfinite(v)[:, None]
+        gap = np.where(usable, np.abs(edges - v[:, None]), np.inf).min(axis=1)
         scale = np.maximum(np.abs(v), np.abs(claims["measured"].to_numpy(float)))
         close = np.isfinite(v) & (gap < s.machine_spread * scale)
     flip = close & claims["verdict"].isin(["holds", "does not hold", "consistent", "undecided"]).to_numpy()

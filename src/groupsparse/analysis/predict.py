@@ -59,6 +59,7 @@ PREDICTION_COLUMNS = [
     "seeds_per_level",
     "fit_D_max",
     "quantity",
+    "batch",
     "confidence",
     "blocker",
 ]
@@ -86,9 +87,10 @@ def rest_values(traj: pd.DataFrame, kappas) -> pd.DataFrame:
                     "log_rest": math.log(rest) if not why else math.nan,
                     "reason": why,
                     "quantity": column,
+                    "batch": int(c["batch"].iloc[0]) if "batch" in c.columns else -1,
                 }
             )
-    return pd.DataFrame(rows, columns=["d", "D", "kappa", "seed", "step", "log_rest", "reason", "quantity"])
+    return pd.DataFrame(rows, columns=["d", "D", "kappa", "seed", "step", "log_rest", "reason", "quantity", "batch"])
 
 
 def line_prediction(x: np.ndarray, Y: np.ndarray, x0: np.ndarray) -> dict[str, np.ndarray]:
@@ -169,6 +171,7 @@ def predictions(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:
                 "seeds_per_level": int(k),
                 "fit_D_max": int(s.fit_D_max),
                 "quantity": str(g["quantity"].iloc[0]),
+                "batch": int(g["batch"].max()),
                 "confidence": CONFIDENCE,
                 "blocker": blocker,
             }
@@ -258,7 +261,8 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
             math.exp(lo) if np.isfinite(lo) else math.nan,
             math.exp(hi) if np.isfinite(hi) else math.nan,
             blocker,
-            f"d = {d}, D = {D}, step {kappa * D**3:g}; measured: geometric mean over {np.isfinite(y).sum()} seeds of "
+            f"d = {d}, D = {D}, step {kappa * D**3:g}, batch {int(g['batch'].max())} (predictions: batch "
+            f"{int(p['batch'].max())}); measured: geometric mean over {np.isfinite(y).sum()} seeds of "
             f"1 - min attention, seeds' t interval; {detail}",
             "out_of_sample",
             int(np.isfinite(y).sum()),
