@@ -16,6 +16,7 @@ from schema_settings import settings
 from groupsparse.analysis.bound import population_claims
 from groupsparse.analysis.claims import analyse, stability_claims
 from groupsparse.analysis.scaling_laws import crossing_times, theorem_target
+from groupsparse.analysis.stability import stability_by_D
 from groupsparse.analysis.stats import Prediction, verdict
 from groupsparse.config.specs import ConfigError
 from groupsparse.study.runs import expand
@@ -300,3 +301,25 @@ def test_min_over_queries_is_reproducible_per_seed():
     b = Trainer(spec, [1]).run().trajectory
     col = "attention_min_on_relevant"
     assert a[a.seed == 1][col].tolist() == b[col].tolist()
+
+
+def test_stability_rows_per_D_say_whether_training_reaches_the_solution():
+    """A stability variant that follows the grid run (D = 4) and one that loses attention (D = 16):
+    per run the theorem's level is tested on the minimum over queries, and |v2| / |v1|, the cross
+    blocks, the loss and the paired difference from the grid run are reported with t intervals."""
+    extra = {"v1_norm": 2.0, "v2_norm": 0.0, "W_ff_norm": 1.0, "W_fp_norm": 0.0, "W_pf_norm": 0.0, "W_pp_norm": 1.0}
+    grid = min_attention_runs(power_time(3.0), D_grid=(4, 16), seeds=3, budget=128, **extra)  # 1 - min >= 3e-4
+    good = grid[grid["D"] == 4].assign(run="stab_autograd_d10_D4", variant="autograd")
+    bad = grid[grid["D"] == 16].assign(run="stab_autograd_d10_D16", variant="autograd")
+    bad = bad.assign(attention_min_on_relevant=0.05, v2_norm=3.0, W_fp_norm=2.0)
+    rows = stability_by_D(pd.concat([grid, good, bad], ignore_index=True), SETTINGS)
+    by = {(r["D"], r["claim"].split(": ", 1)[-1]): r for r in rows}
+    reach4 = next(r for r in rows if r["D"] == 4 and "reaches the theorem's level" in r["claim"])
+    reach16 = next(r for r in rows if r["D"] == 16 and "reaches the theorem's level" in r["claim"])
+    assert reach4["verdict"] == "holds" and reach16["verdict"] == "does not hold"
+    assert reach4["measured"] == pytest.approx(1 - math.exp(-128 / 16), abs=1e-4)  # the minimum at the last step
+    v2 = [r for r in rows if "|v2| / |v1|" in r["claim"]]
+    assert {r["D"]: r["measured"] for r in v2} == {4: 0.0, 16: 1.5}
+    paired = next(r for r in rows if r["D"] == 4 and "minus the grid run" in r["claim"])
+    assert paired["measured"] == pytest.approx(0.0, abs=1e-12)  # the same seeds and steps as the grid run
+    assert len(by) == len(rows) == 2 * 6

@@ -26,7 +26,7 @@ from .stats import CONFIDENCE, Prediction
 def simulated_power(pred: Prediction, alternative: float, se: float, dof: float, n_sim: int, rng) -> float:
     """Share of simulated studies (true value ``alternative``) in which the verdict rule rejects the
     claim (at_most, equal) or confirms it (greater, less): see the module's doc."""
-    if not (np.isfinite(se) and se > 0 and np.isfinite(dof) and dof >= 1 and np.isfinite(alternative)):
+    if not (np.isfinite(se) and se >= 0 and np.isfinite(dof) and dof >= 1 and np.isfinite(alternative)):
         return math.nan
     est = alternative + se * rng.standard_normal(n_sim)
     se_hat = se * np.sqrt(rng.chisquare(dof, n_sim) / dof)

@@ -68,11 +68,12 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
             settings={"d": d, "D": D},
         )
         ref = grid[(grid["d"] == d) & (grid["D"] == D)]
-        at_step = [
-            1 - _rest_at(h.sort_values("step").drop_duplicates("step", keep="last"), MIN_ATTENTION, step)[0]
-            for _, h in ref.groupby("seed")
+        at_step = [  # the grid run's minimum over queries at the same step (linear in the step)
+            float(np.interp(step, h["step"].to_numpy(float), h[MIN_ATTENTION].to_numpy(float), right=np.nan))
+            for _, h in ref.sort_values("step").groupby("seed")
         ]
-        closed = float(np.nanmean(at_step)) if len(at_step) else math.nan
+        finite = [v for v in at_step if np.isfinite(v)]
+        closed = float(np.mean(finite)) if finite else math.nan
         x = values[np.isfinite(values)]
         se = float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
         alt = ("the closed-form grid run's value at this step", closed)
