@@ -27,6 +27,7 @@ COMMANDS = (
     "plot",
     "summary",
     "scaling",
+    "predict",
     "image_figures",
     "snapshot",
     "status",

@@ -282,45 +282,50 @@ CONDA_ENV = "../envs/groupsparse.yaml"
 # --- scaling and ablations ------------------------------------------------------------
 
 
-def scaling_args():
-    """`groupsparse scaling` options from scaling.analysis and ablations.analysis, as a list of
-    separate arguments, each quoted on the shell line (`params.options` with `q`), so no config string is
-    ever read by the shell."""
-    a = (config.get("scaling") or {}).get("analysis") or {}
-    b = (config.get("ablations") or {}).get("analysis") or {}
-    csv = lambda xs: ",".join(str(x) for x in xs)
-    args = []
-    if "thresholds" in a:
-        args += ["--thresholds", csv(a["thresholds"])]
-    if "loss_target" in a:
-        args += [
-            "--loss-target",
-            "none" if a["loss_target"] is None else str(a["loss_target"]),
-        ]
-    if "accuracy_targets" in a:
-        args += ["--accuracy-targets", csv(a["accuracy_targets"])]
-    if "methods" in a:
-        args += ["--methods", csv(a["methods"])]
-    if "downstream" in a:
-        args += ["--downstream", csv(a["downstream"])]
-    if "near_one" in a:
-        args += ["--near-one", str(a["near_one"])]
-    if "n_boot" in a:
-        args += ["--n-boot", str(a["n_boot"])]
-    if "target_c" in a:
-        args += ["--target-c", csv(a["target_c"])]
-    if "kappas" in a:
-        args += ["--kappas", csv(a["kappas"])]
-    if "baseline" in b:
-        args += ["--baseline", str(b["baseline"])]
-    if "sizes" in b:
-        args += ["--ablation-sizes", csv(b["sizes"])]
-    return args
+# The whole scaling.analysis and ablations.analysis sections (the schema filled their defaults) travel
+# to `groupsparse scaling` and `groupsparse predict` as one spec file, like the run specs.
+SCALING_SPEC_JSON = json.dumps(
+    {
+        "scaling": config["scaling"]["analysis"],
+        "ablations": config["ablations"]["analysis"],
+        "study_seed": config["study_seed"],
+    },
+    sort_keys=True,
+    separators=(",", ":"),
+)
+
+
+def scaling_spec_file():
+    return str(io.content_file(f"{R}/specs", "analysis", SCALING_SPEC_JSON))
+
+
+# The out-of-sample test: `predict` reads the grid runs with D <= fit_D_max, and no other run.
+SCALING_FIT_D_MAX = config["scaling"]["analysis"]["fit_D_max"]
+
+
+def prediction_runs():
+    """The scaling grid's own runs (variant '') with D <= scaling.analysis.fit_D_max."""
+    return [
+        r
+        for r, run in RUNS.items()
+        if run.role == "scaling"
+        and run.spec["variant"] == ""
+        and run.spec["task"]["D"] <= SCALING_FIT_D_MAX
+    ]
+
+
+def prediction_inputs(wildcards):
+    return [
+        pretrain_prefix(r, c) + ".trajectory.parquet"
+        for r in prediction_runs()
+        for c in RUNS[r].chunks
+    ]
 
 
 SCALING_FIGURES = [
     "convergence_time",
     "convergence_thresholds",
+    "out_of_sample",
     "attention_concentration",
     "sample_complexity",
     "online_error",
@@ -328,6 +333,7 @@ SCALING_FIGURES = [
 ]
 SCALING_TABLES = [
     "claims",
+    "predictions",
     "scaling_fits",
     "ablations",
     "scaling_points",
@@ -344,7 +350,7 @@ def scaling_outputs():
         return []
     return (
         [f"{R}/tables/{t}.parquet" for t in SCALING_TABLES]
-        + [f"{R}/tables/claims.csv"]
+        + [f"{R}/tables/claims.csv", f"{R}/tables/predictions.csv"]
         + [
             f"{R}/figures/scaling/{f}.{ext}"
             for f in SCALING_FIGURES

@@ -3,12 +3,43 @@
 
 localrules:
     scaling,
+    predict,
+
+
+# The out-of-sample test's predictions: fitted on the grid runs with D <= fit_D_max alone (their
+# per-run files are the rule's only trajectory inputs), before any larger-D run is read.
+rule predict:
+    input:
+        trajectories=prediction_inputs,
+        spec=scaling_spec_file(),
+    output:
+        predictions=f"{R}/tables/predictions.parquet",
+        predictions_csv=report(
+            f"{R}/tables/predictions.csv",
+            caption="../report/table_predictions.rst",
+            category="Tables",
+        ),
+    log:
+        f"{R}/logs/predict.log",
+    benchmark:
+        f"{R}/benchmarks/predict.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    shell:
+        "groupsparse predict --trajectories {input.trajectories:q} --spec {input.spec:q}"
+        " --out {output.predictions:q} --out-csv {output.predictions_csv:q} > {log:q} 2>&1"
 
 
 rule scaling:
     input:
         trajectories=f"{R}/tables/pretrain_trajectories.parquet",
         transfer=transfer_table_files()[:1],
+        spec=scaling_spec_file(),
+        predictions=f"{R}/tables/predictions.parquet",
     output:
         claims=f"{R}/tables/claims.parquet",
         claims_csv=report(
@@ -43,12 +74,10 @@ rule scaling:
         transfer=lambda w, input: (
             ["--transfer", *input.transfer] if input.transfer else []
         ),
-        options=scaling_args(),
-        study_seed=config["study_seed"],
         figures=lambda w, output: str(Path(output.figures[0]).parent),
     shell:
         "groupsparse scaling --trajectories {input.trajectories:q} {params.transfer:q}"
         " --out-claims {output.claims:q} --out-fits {output.fits:q} --out-ablations {output.ablations:q}"
         " --out-points {output.points:q} --out-crossings {output.crossings:q}"
         " --out-claims-csv {output.claims_csv:q} --figures {params.figures:q}"
-        " {params.options:q} --study-seed {params.study_seed:q} > {log:q} 2>&1"
+        " --spec {input.spec:q} --predictions {input.predictions:q} > {log:q} 2>&1"

@@ -8,9 +8,19 @@ import numpy as np
 import pandas as pd
 
 from ..io.files import InputError
-from .inputs import TRANSFER_COLUMNS, check_columns, downstreams, few_sizes, final_rows, transfer_curves, with_role
+from .inputs import (
+    PRETRAINED_METHOD,
+    TRANSFER_COLUMNS,
+    check_columns,
+    downstreams,
+    few_sizes,
+    final_rows,
+    transfer_curves,
+    with_role,
+)
 from .stats import METRIC_RANGES, difference_interval, mean_interval
 
+ABLATION_METHODS = (PRETRAINED_METHOD,)  # the method the ablation table compares across variants
 FINAL_METRICS = ("attention_on_relevant", "eval_loss", "eval_accuracy", "cos_v1_vstar")
 
 
@@ -19,7 +29,7 @@ def ablation_table(traj: pd.DataFrame, transfer: pd.DataFrame | None, s) -> pd.D
 
     Columns: run, role, ablation (the variant's name), metric, method, n, mean, low, high, n_seeds,
     n_diverged, baseline_mean, delta, delta_low, delta_high (delta = ablation - baseline, Welch's t
-    interval; intervals clipped to the metric's range). ``s``: the analysis' :class:`.scaling_laws.Settings`.
+    interval; intervals clipped to the metric's range). ``s``: the analysis' :class:`.settings.Settings`.
     """
     cols = [
         "run",
@@ -62,7 +72,7 @@ def ablation_table(traj: pd.DataFrame, transfer: pd.DataFrame | None, s) -> pd.D
         base_grid = transfer[(transfer["run"] == s.baseline)]["n"].unique()
         sizes = s.ablation_sizes or few_sizes(np.sort(base_grid))
         for run in [s.baseline] + [r for r in runs if r != s.baseline]:
-            for method in s.ablation_methods:
+            for method in ABLATION_METHODS:
                 grid, seed_ids, curves = transfer_curves(transfer, run, downstream, method)
                 for n in sizes:
                     vals = curves[:, list(grid).index(n)] if n in grid else np.empty(0)

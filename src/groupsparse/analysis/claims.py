@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .ablations import ablation_table
+from .bound import kappa_claims, population_claims
 from .concentration import concentration_fits
 from .fits import mean_curve_crossing
 from .inputs import (
@@ -27,6 +28,9 @@ from .inputs import (
     with_role,
     without_role,
 )
+from .online_form import online_form_claims
+from .power import add_power
+from .predict import prediction_claims
 from .rows import _claim
 from .sample_complexity import JointRecord, n_star_fits, online_error_fits
 from .scaling_laws import (
@@ -35,6 +39,7 @@ from .scaling_laws import (
     convergence_time_fits,
     crossing_times,
 )
+from .stability import stability_by_D
 from .stats import (
     CONFIDENCE,
     METRIC_RANGES,
@@ -47,7 +52,13 @@ from .stats import (
     t_interval,
     widen,
 )
-from .theorem import batch_claims, concentration_claims, stability_claims
+from .theorem import concentration_claims, stability_claims
+
+
+def _se(values: np.ndarray) -> tuple[float, float]:
+    """(standard error, degrees of freedom) of the seeds' mean."""
+    x = values[np.isfinite(values)]
+    return (float(x.std(ddof=1) / math.sqrt(x.size)), float(x.size - 1)) if x.size > 1 else (math.nan, math.nan)
 
 
 def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
@@ -73,23 +84,26 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
             blocker = (f"{n_div} seed(s) diverged" if n_div else "") or (
                 f"{len(ok)} seed(s), need {MIN_SEEDS}" if len(ok) < MIN_SEEDS else ""
             )
-            rows.append(
-                _claim(
-                    f"{what} near 1 after pretraining ({run})",
-                    theory,
-                    Prediction("greater", s.near_one),
-                    m,
-                    lo,
-                    hi,
-                    blocker,
-                    config,
-                    "final_state",
-                    len(ok),
-                    str(g["role"].iloc[0]),
-                    run,
-                    {"d": int(g["d"].iloc[0]), "D": int(g["D"].iloc[0])},
-                )
+            pred = Prediction("greater", s.near_one)
+            row = _claim(
+                f"{what} near 1 after pretraining ({run})",
+                theory,
+                pred,
+                m,
+                lo,
+                hi,
+                blocker,
+                config,
+                "final_state",
+                len(ok),
+                str(g["role"].iloc[0]),
+                run,
+                {"d": int(g["d"].iloc[0]), "D": int(g["D"].iloc[0])},
             )
+            # the alternative: a value the claim holds at by half its margin, (near_one + 1) / 2
+            alt = (f"{what} = (near_one + 1) / 2", (s.near_one + 1) / 2)
+            se, dof = _se(ok[col].to_numpy(float))
+            rows.append(add_power(row, pred, *alt, se, dof, s))
     return rows
 
 
@@ -137,36 +151,30 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                     blocker = ("neither method reaches the target" if pre_above[0] and base_above[0] else "") or (
                         f"{common.size} seed(s), need {MIN_SEEDS}" if common.size < MIN_SEEDS else ""
                     )
-                    rows.append(
-                        _claim(
-                            f"{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})",
-                            "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
-                            Prediction("greater", 0.0),
-                            float(gap[0]),
-                            lo,
-                            hi,
-                            blocker,
-                            f"run {run}: d = {d}, D = {D}, downstream {downstream}; "
-                            "measured = log(n*_logreg / n*_pretrained)"
-                            + (" (pretrained never reaches it: measured is an upper bound)" if pre_above[0] else "")
-                            + (
-                                " (pretrained reaches it at the first n: measured is a lower bound)"
-                                if pre_below[0]
-                                else ""
-                            )
-                            + (" (logreg never reaches it: measured is a lower bound)" if base_above[0] else "")
-                            + (
-                                " (logreg reaches it at the first n: measured is an upper bound)"
-                                if base_below[0]
-                                else ""
-                            ),
-                            "sample_gap",
-                            int(common.size),
-                            role,
-                            run,
-                            {"d": d, "D": D},
-                        )
+                    pred = Prediction("greater", 0.0)
+                    row = _claim(
+                        f"{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})",
+                        "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
+                        pred,
+                        float(gap[0]),
+                        lo,
+                        hi,
+                        blocker,
+                        f"run {run}: d = {d}, D = {D}, downstream {downstream}; "
+                        "measured = log(n*_logreg / n*_pretrained)"
+                        + (" (pretrained never reaches it: measured is an upper bound)" if pre_above[0] else "")
+                        + (" (pretrained reaches it at the first n: measured is a lower bound)" if pre_below[0] else "")
+                        + (" (logreg never reaches it: measured is a lower bound)" if base_above[0] else "")
+                        + (" (logreg reaches it at the first n: measured is an upper bound)" if base_below[0] else ""),
+                        "sample_gap",
+                        int(common.size),
+                        role,
+                        run,
+                        {"d": d, "D": D},
                     )
+                    se = float(widen(gap[0], gap[1:], common.size).std(ddof=1))
+                    theory_gap = ("the theory's log(d D / (d + D))", math.log(d * D / (d + D)))
+                    rows.append(add_power(row, pred, *theory_gap, se, common.size - 1, s))
     return rows
 
 
@@ -262,12 +270,37 @@ CLAIM_COLUMNS = [
     "run",
     "d",
     "D",
+    "power",
+    "alternative",
 ]
 
 
-def analyse(traj: pd.DataFrame, transfer: pd.DataFrame | None, s: Settings | None = None) -> Analysis:
-    """Fits, claims (with verdicts by :func:`verdict`) and the ablation table from the input tables."""
-    s = s or Settings()
+def machine_robust(claims: pd.DataFrame, s: Settings) -> pd.DataFrame:
+    """A decided verdict whose deciding interval edge lies within the cross-machine spread (relative,
+    ``s.machine_spread``) of the predicted value could flip on another machine: inconclusive."""
+    if s.machine_spread <= 0 or not len(claims):
+        return claims
+    claims = claims.copy()
+    v = claims["predicted_value"].to_numpy(float)
+    edges = np.column_stack([claims["low"].to_numpy(float), claims["high"].to_numpy(float)])
+    with np.errstate(invalid="ignore"):
+        usable = np.isfinite(edges) & np.isfinite(v)[:, None]
+        gap = np.where(usable, np.abs(edges - v[:, None]), np.inf).min(axis=1)
+        scale = np.maximum(np.abs(v), np.abs(claims["measured"].to_numpy(float)))
+        close = np.isfinite(v) & (gap < s.machine_spread * scale)
+    flip = close & claims["verdict"].isin(["holds", "does not hold", "consistent", "undecided"]).to_numpy()
+    claims.loc[flip, "why"] = (
+        f"could flip under the cross-machine spread ({s.machine_spread:.2g} relative): " + claims.loc[flip, "why"]
+    )
+    claims.loc[flip, "verdict"] = "inconclusive"
+    return claims
+
+
+def analyse(
+    traj: pd.DataFrame, transfer: pd.DataFrame | None, s: Settings, predictions: pd.DataFrame | None = None
+) -> Analysis:
+    """Fits, claims (with verdicts by :func:`verdict`) and the ablation table from the input tables;
+    ``predictions`` (rule predict's table) judges the runs beyond fit_D_max."""
     check_columns(traj, TRAJECTORY_COLUMNS, "trajectory table")
     transfer = transfer if transfer is not None else pd.DataFrame(columns=TRANSFER_COLUMNS)
     scaled = with_role(traj, "scaling")
@@ -278,12 +311,16 @@ def analyse(traj: pd.DataFrame, transfer: pd.DataFrame | None, s: Settings | Non
     joint = n_star_fits(transfer, s) + online_error_fits(transfer, s)
     claims = (
         fit_claims(records)
-        + concentration_claims(records)
-        + batch_claims(crossings)
+        + kappa_claims(crossings, s)
+        + concentration_claims(records, s)
+        + (prediction_claims(scaled, predictions, s) if predictions is not None and len(scaled) else [])
+        + population_claims(scaled, crossings, s)
+        + stability_by_D(traj, s)
         + stability_claims(traj)
         + final_state_claims(traj, s)
-        + [row for r in joint for row in r.claims()]
+        + [row for r in joint for row in r.claims(s)]
+        + online_form_claims(transfer, s)
         + sample_gap_claims(transfer, s)
     )
-    table = pd.DataFrame(claims, columns=CLAIM_COLUMNS)
+    table = machine_robust(pd.DataFrame(claims, columns=CLAIM_COLUMNS), s)
     return Analysis(records, table, ablation_table(traj, transfer, s), crossings, joint)

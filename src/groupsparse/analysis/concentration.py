@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from .fits import Fit, _ols, fit_levels, mean_stat
-from .scaling_laws import ATTENTION_RESOLUTION, MIN_ATTENTION, FitRecord, Settings, grid_rows
+from .scaling_laws import ATTENTION_RESOLUTION, MIN_ATTENTION, FitRecord, grid_rows
+from .settings import Settings
 from .stats import bootstrap_generator, t_interval
 
 

@@ -42,6 +42,8 @@ def _claim(
         "run": run,
         "d": (settings or {}).get("d", math.nan),
         "D": (settings or {}).get("D", math.nan),
+        "power": math.nan,  # against ``alternative``, by :mod:`.power`
+        "alternative": "",
     }
 
 

@@ -61,7 +61,18 @@ METRIC_RANGES: dict[str, tuple[float, float]] = {
 }
 UNBOUNDED = (-math.inf, math.inf)
 
-VERDICTS = ("holds", "does not hold", "consistent", "inconclusive", "descriptive")  # see VERDICT_RULE
+VERDICTS = (
+    "holds",
+    "does not hold",
+    "consistent",
+    "undecided",  # consistent or holds, but the power against the named alternative is below min_power
+    "inconclusive",
+    "descriptive",
+    "one law: power",  # the out-of-sample test: which law's prediction interval holds the measurement
+    "one law: exponential",
+    "both laws",
+    "neither law",
+)  # see VERDICT_RULE
 
 VERDICT_RULE = (
     f"A claim is tested on a {CONFIDENCE:.0%} interval over seeds (estimate -+ Student t quantile x standard "
@@ -75,8 +86,14 @@ VERDICT_RULE = (
     f"inconclusive; 'less than v': the mirror image. An upper bound 'at most v' (a theorem's sufficient time, e.g. "
     f"T* = O(D^3)) is tested one-sided: 'does not hold' (exceeds v over the range measured) only if the one-sided "
     f"{CONFIDENCE:.0%} lower bound (estimate - t_(dof, {CONFIDENCE}) x standard error) lies above v, else "
-    f"'consistent' (not contradicted). Fixed-threshold rates the theory does not bound are 'descriptive': a "
-    f"measured rate with its interval and local slopes, no verdict."
+    f"'consistent' (not contradicted). A 'consistent' verdict, and a 'holds' on an equality or a directional "
+    f"claim with a named alternative, states its power against that alternative (simulated at the study's "
+    f"design with its measured standard error and degrees of freedom); below scaling.analysis.min_power it "
+    f"reads 'undecided (power p)'. A verdict whose interval edge lies within scaling.analysis.machine_spread "
+    f"(relative) of the predicted value could flip on another machine: inconclusive. The out-of-sample test "
+    f"says which law's prediction interval holds the measured value: one law, both laws or neither law. "
+    f"Rates and constants the theory does not bound are 'descriptive': a measured value with its interval, "
+    f"no verdict."
 )
 
 

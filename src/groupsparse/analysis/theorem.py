@@ -1,5 +1,6 @@
-"""Claims on the theorem's own terms beyond the fits (docs/STUDY.md sections 3.4 and 6.4): exponential vs
-power-law concentration, batch as a measured factor, stability of the symmetric solution."""
+"""Claims on the theorem's own terms beyond the fits (docs/STUDY.md sections 3.4 and 6.4): concentration
+over the measured D (its curvature, descriptive; the law at larger D is the out-of-sample test of
+:mod:`.predict`), and the stability of the symmetric solution in the ablation runs."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import pandas as pd
 
 from .concentration import law_comparison
 from .inputs import with_role
+from .power import add_power
 from .rows import _claim
 from .scaling_laws import FitRecord
-from .stats import MIN_SEEDS, Prediction, difference_interval, fmt_values, mean_interval
+from .settings import Settings
+from .stats import MIN_SEEDS, Prediction, fmt_values, mean_interval
 
 
-def concentration_claims(records: list[FitRecord]) -> list[dict]:
+def concentration_claims(records: list[FitRecord], s: Settings) -> list[dict]:
     """Per (d, kappa): does 1 - min attention at kappa D^3 steps fall exponentially in D?
 
     Two rows: the law (exponential vs power, by :func:`.scaling_laws.law_comparison`'s criterion)
@@ -37,110 +40,42 @@ def concentration_claims(records: list[FitRecord]) -> list[dict]:
             n=int(fe.seeds.sum()),
             settings={"d": c["d"]},
         )
-        rows.append(
-            _claim(
-                f"1 - min attention at {c['at']} steps: exponential law in D fits better than a power law "
-                f"(d = {c['d']})",
-                "after T* ~ D^3 steps, 1 - S[j*, j] <= exp(-Theta(D)): log(1 - min attention) linear in D. "
-                "Criterion: RSS(power) - RSS(exponential) over the same level means (> 0: exponential)",
-                Prediction("greater", 0.0),
-                c["delta_rss"],
-                c["low"],
-                c["high"],
-                c["blocker"],
-                **common,
-            )
+        law = _claim(
+            f"1 - min attention at {c['at']} steps: curvature in D over the measured levels (d = {c['d']})",
+            "after T* ~ D^3 steps, 1 - S[j*, j] <= exp(-Theta(D)): log(1 - min attention) linear in D. "
+            "RSS(power) - RSS(exponential) over the same level means (> 0: straighter against D)",
+            Prediction("greater", 0.0),
+            c["delta_rss"],
+            c["low"],
+            c["high"],
+            c["blocker"],
+            **common,
         )
-        rows.append(
-            _claim(
-                f"1 - min attention at {c['at']} steps falls with D (d = {c['d']})",
-                "exp(-Theta(D)): slope of log(1 - min attention) on D below 0",
-                Prediction("less", 0.0),
-                c["exp_slope"],
-                c["exp_low"],
-                c["exp_high"],
-                c["blocker"],
-                **common,
-            )
+        law["verdict"] = "descriptive"
+        law["why"] = (
+            "the curvature of five level means over the measured D, not the law at large D: that is decided "
+            "by the out-of-sample test (rule predict)"
         )
-    return rows
-
-
-BATCH_TOLERANCE = 0.2  # log steps: a batch effect's interval no wider than +-10% can confirm "no effect"
-
-
-def batch_claims(crossings: pd.DataFrame) -> list[dict]:
-    """Batch as a measured factor (docs/STUDY.md section 6.4): the batch check's runs against the grid's.
-
-    For each (d, D) with runs at several batches (variant batch<b> beside the grid's own run), per
-    target (the theorem's c and the fixed thresholds): log(steps at batch b / steps at the grid's
-    batch), Welch interval over seeds; 'equal 0' holds if 0 lies inside an interval at most
-    :data:`BATCH_TOLERANCE` wide (the times do not depend on the batch beyond their interval).
-    """
-    rows = []
-    if not len(crossings) or "batch" not in crossings.columns:
-        return rows
-    scaled = crossings[crossings["role"] == "scaling"]
-    checked = scaled[scaled["variant"].astype(str).str.startswith("batch")]
-    for (d, D), g in scaled[scaled.set_index(["d", "D"]).index.isin(checked.set_index(["d", "D"]).index)].groupby(
-        ["d", "D"], sort=True
-    ):
-        grid = g[g["variant"].astype(str) == ""]
-        if not len(grid):
-            continue
-        ref_batch = int(grid["batch"].iloc[0])
-        key = np.where(g["c"].notna(), "c=" + g["c"].astype(str), g["quantity"] + ">=" + g["threshold"].astype(str))
-        g = g.assign(key=key)
-        for _key, h in g.groupby("key", sort=True):
-            ref = h[h["variant"].astype(str) == ""]
-            means = {int(b): float(np.exp(np.log(x["step"]).mean())) for b, x in h.groupby("batch", sort=True)}
-            extrapolated = _infinite_batch(means) if not h["censored"].any() else math.nan
-            for b, x in h[h["variant"].astype(str) != ""].groupby("batch", sort=True):
-                cens = bool(ref["censored"].any() or x["censored"].any())
-                delta, lo, hi = difference_interval(np.log(x["step"]), np.log(ref["step"]))
-                delta, lo, hi = (math.nan,) * 3 if cens else (delta, lo, hi)
-                what = str(h["quantity"].iloc[0])
-                target = (
-                    f"min attention >= 1 - exp(-{float(h['c'].iloc[0]):g} D)"
-                    if h["c"].notna().iloc[0]
-                    else f"{what} {'<=' if what == 'eval_loss' else '>='} {float(h['threshold'].iloc[0]):g}"
-                )
-                rows.append(
-                    _claim(
-                        f"steps until {target} do not depend on the batch: {int(b)} vs {ref_batch} (d = {d}, D = {D})",
-                        "the theorem is about population gradient descent; a batch only approximates it",
-                        Prediction("equal", 0.0, BATCH_TOLERANCE),
-                        delta,
-                        lo,
-                        hi,
-                        "censored times" if cens else "",
-                        f"d = {d}, D = {D}; measured = log(steps at batch {int(b)} / steps at batch {ref_batch}); "
-                        "geometric-mean steps per batch: "
-                        + ", ".join(f"{bb}: {m:.4g}" for bb, m in means.items())
-                        + (
-                            f"; extrapolated to an infinite batch (log steps linear in 1/batch): {extrapolated:.4g}"
-                            if np.isfinite(extrapolated)
-                            else ""
-                        ),
-                        "batch_check",
-                        int(len(x)),
-                        settings={"d": int(d), "D": int(D)},
-                    )
-                )
+        rows.append(law)
+        pred = Prediction("less", 0.0)
+        row = _claim(
+            f"1 - min attention at {c['at']} steps falls with D (d = {c['d']})",
+            "exp(-Theta(D)): slope of log(1 - min attention) on D below 0",
+            pred,
+            c["exp_slope"],
+            c["exp_low"],
+            c["exp_high"],
+            c["blocker"],
+            **common,
+        )
+        se = float(np.std(fe.boot_slope, ddof=1)) if fe.boot_slope.size > 1 else math.nan
+        alt = (f"the slope -c of exp(-c D) at the smallest c ({min(s.target_c):g})", -min(s.target_c))
+        rows.append(add_power(row, pred, *alt, se, fe.dof, s))
     return rows
 
 
 # growth rates are fitted in two windows of each run's recorded steps (fractions of its last step):
 # the transient while attention forms, and the late phase near the end state
-def _infinite_batch(means: dict[int, float]) -> float:
-    """Steps at 1/batch -> 0 (population gradient descent): log steps linear in 1/batch, from 3+ batches."""
-    if len(means) < 3:
-        return math.nan
-    inv = np.array([1 / b for b in means])
-    slope, intercept = np.polyfit(inv, np.log(list(means.values())), 1)
-    return float(np.exp(intercept))
-
-
 STABILITY_WINDOWS = {"early": (0.0, 1 / 3), "late": (0.5, 1.0)}
 
 

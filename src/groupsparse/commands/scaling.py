@@ -2,38 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"need comma-separated numbers, got {text!r}") from exc
-    if not values:
-        raise argparse.ArgumentTypeError(f"need at least one number, got {text!r}")
-    return values
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"need comma-separated integers, got {text!r}") from exc
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in text.split(",") if v.strip())
-
-
-def _loss_target(text: str) -> float | None:
-    if text.lower() == "none":
-        return None
-    try:
-        return float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"need a number or 'none', got {text!r}") from exc
-
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -58,44 +26,16 @@ def register(sub) -> None:
     p.add_argument("--out-points", default=None, help="output Parquet: the observations behind every fit")
     p.add_argument("--out-crossings", default=None, help="output Parquet: per-seed steps to each threshold")
     p.add_argument("--figures", required=True, help="directory for the figures (PNG and PDF)")
-    p.add_argument("--thresholds", type=_floats, default=(0.5, 0.9, 0.99), help="attention-mass thresholds")
-    p.add_argument("--loss-target", type=_loss_target, default=0.3, help="eval-loss target, or 'none'")
-    p.add_argument("--accuracy-targets", type=_floats, default=(0.8, 0.9), help="transfer test-accuracy targets")
     p.add_argument(
-        "--methods",
-        type=_names,
-        default=("pretrained_finetune", "logreg"),
-        help="transfer methods for the sample-complexity fits",
+        "--spec",
+        required=True,
+        help="analysis spec (JSON): the config's scaling.analysis and ablations.analysis, defaults filled",
     )
     p.add_argument(
-        "--downstream",
-        type=_names,
-        default=("transfer",),
-        help="downstream tasks to analyse, comma-separated (default: transfer; the negative control "
-        "is not a test of the theory's rates)",
-    )
-    p.add_argument("--near-one", type=float, default=0.9, help="what 'attention near 1' means")
-    p.add_argument("--baseline", default="ablation_none", help="the run the ablations are compared with")
-    p.add_argument(
-        "--ablation-sizes",
-        type=_ints,
+        "--predictions",
         default=None,
-        help="transfer sizes n reported per ablation (default: smallest, middle, largest)",
+        help="the predictions table of `groupsparse predict` (D <= fit_D_max): larger-D runs are judged against it",
     )
-    p.add_argument(
-        "--target-c",
-        type=_floats,
-        default=(0.1, 0.2, 0.3),
-        help="constants c of the theorem's targets: min over queries of S[j*, j] >= 1 - exp(-c D)",
-    )
-    p.add_argument(
-        "--kappas",
-        type=_floats,
-        default=(0.5, 1.0, 2.0),
-        help="1 - min attention is compared across D at steps kappa D^3 (exponential vs power law)",
-    )
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
-    p.add_argument("--study-seed", type=int, default=0, help="seeds the bootstrap (with each fit's identity)")
     p.set_defaults(func=run)
 
 
@@ -129,36 +69,23 @@ def run(args) -> int:
     from dataclasses import asdict
 
     from ..analysis.claims import analyse
-    from ..analysis.scaling_laws import Settings
-    from ..analysis.stats import CONFIDENCE, VERDICT_RULE
+    from ..analysis.settings import Settings
+    from ..analysis.stats import VERDICT_RULE
     from ..config.specs import config_hash
     from ..figures import scaling as scaling_figures
+    from ..figures import theorem as theorem_figures
     from ..io import files as io
 
-    if args.n_boot < 100:
-        raise io.InputError(f"--n-boot: need at least 100 resamples for a {CONFIDENCE:.0%} interval, got {args.n_boot}")
-    settings = Settings(
-        thresholds=args.thresholds,
-        loss_target=args.loss_target,
-        accuracy_targets=args.accuracy_targets,
-        methods=args.methods,
-        downstream=args.downstream,
-        near_one=args.near_one,
-        baseline=args.baseline,
-        ablation_sizes=args.ablation_sizes,
-        n_boot=args.n_boot,
-        study_seed=args.study_seed,
-        target_c=args.target_c,
-        kappas=args.kappas,
-    )
+    settings = Settings.read(args.spec)
     traj, traj_inputs = read_named(args.trajectories, "trajectory")
     transfer, transfer_inputs = read_named(args.transfer, "transfer") if args.transfer else (None, {})
-    analysis = analyse(traj, transfer, settings)
+    predictions = io.read_parquet(args.predictions) if args.predictions else None
+    analysis = analyse(traj, transfer, settings, predictions)
     prov = io.provenance(
         config_hash(asdict(settings)),
         "cpu",
         settings=asdict(settings),
-        inputs=traj_inputs | transfer_inputs,
+        inputs=traj_inputs | transfer_inputs | ({args.predictions: None} if args.predictions else {}),
         verdict_rule=VERDICT_RULE,
     )
     io.write_parquet(analysis.claims, args.out_claims, prov)
@@ -172,6 +99,7 @@ def run(args) -> int:
     if args.out_crossings:
         io.write_parquet(analysis.crossings, args.out_crossings, prov)
     scaling_figures.write_all(analysis, args.figures)
+    theorem_figures.write(traj[traj["role"] == "scaling"], predictions, settings.kappas, args.figures)
     counts = analysis.claims["verdict"].value_counts().to_dict()
     print(
         f"scaling: {len(analysis.fits)} fits, {len(analysis.claims)} claims {counts}, "

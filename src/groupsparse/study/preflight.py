@@ -158,8 +158,8 @@ def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str
     """Names in the analysis settings that must refer to a run or a method, and do not."""
     problems = []
     scaling = config.get("scaling") or {}
-    if scaling.get("enabled"):
-        fitted = {m for run in runs.values() if run.role == "scaling" for m in run.methods}
+    fitted = {m for run in runs.values() if run.role == "scaling" for m in run.methods}
+    if scaling.get("enabled") and fitted:  # no transfer on the scaling runs: nothing is fitted, no name to check
         for i, method in enumerate((scaling.get("analysis") or {}).get("methods") or []):
             if method not in fitted:
                 problems.append(

@@ -1,0 +1,54 @@
+"""The power of a verdict against a named alternative (docs/STUDY.md section 7), by simulation.
+
+A "consistent" verdict is a failure to reject, and a "holds" verdict on an equality is one too:
+they mean something only if the test would have rejected had a named alternative been true. The
+power is simulated at the study's design with its measured noise: the estimate drawn as
+alternative + se x N(0, 1), its standard error as se x sqrt(chi^2_dof / dof) (the measured se and
+degrees of freedom of the claim's interval), and the verdict rule of :mod:`.stats` applied to each
+draw. Power = the share of draws in which the rule does not confirm the claim (at_most: "does not
+hold"; equal: anything but "holds"); for a directional claim (greater, less) the share in which it
+does confirm it at the alternative (the design's chance to detect the effect the theory names).
+Below ``min_power`` a "consistent" or "holds" verdict reads "undecided (power p)".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats as sps
+
+from ..config.seeding import numpy_generator
+from .settings import Settings
+from .stats import CONFIDENCE, Prediction
+
+
+def simulated_power(pred: Prediction, alternative: float, se: float, dof: float, n_sim: int, rng) -> float:
+    """Share of simulated studies (true value ``alternative``) in which the verdict rule rejects the
+    claim (at_most, equal) or confirms it (greater, less): see the module's doc."""
+    if not (np.isfinite(se) and se >= 0 and np.isfinite(dof) and dof >= 1 and np.isfinite(alternative)):
+        return math.nan
+    est = alternative + se * rng.standard_normal(n_sim)
+    se_hat = se * np.sqrt(rng.chisquare(dof, n_sim) / dof)
+    two = float(sps.t.ppf(0.5 + CONFIDENCE / 2, dof)) * se_hat
+    v = pred.value
+    if pred.kind == "at_most":
+        return float(np.mean(est - float(sps.t.ppf(CONFIDENCE, dof)) * se_hat > v))
+    if pred.kind == "equal":
+        holds = (est - two <= v) & (v <= est + two) & (2 * two <= pred.tolerance)
+        return float(np.mean(~holds))
+    if pred.kind == "greater":
+        return float(np.mean(est - two > v))
+    return float(np.mean(est + two < v))
+
+
+def add_power(row: dict, pred: Prediction, name: str, alternative: float, se: float, dof: float, s: Settings) -> dict:
+    """Put the power against ``name`` (true value ``alternative``) into a claims row; a consistent or
+    holds verdict below ``s.min_power`` becomes 'undecided'."""
+    rng = numpy_generator("verdict-power", s.study_seed, row["claim"])
+    p = simulated_power(pred, alternative, se, dof, s.power_simulations, rng)
+    row["power"], row["alternative"] = p, f"{name} (value {alternative:.3g})"
+    if row["verdict"] in ("consistent", "holds") and not p >= s.min_power:
+        row["why"] = f"undecided (power {p:.2f} against {name}); " + row["why"]
+        row["verdict"] = "undecided"
+    return row

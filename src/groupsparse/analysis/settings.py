@@ -1,0 +1,89 @@
+"""The analysis settings: the config's `scaling.analysis` and `ablations.analysis` sections, whole.
+
+Every value comes from the spec file the workflow writes (the schema fills the defaults; it is
+their one home), so nothing here has a default of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ..io.files import InputError
+
+
+@dataclass(frozen=True)
+class Settings:
+    thresholds: tuple[float, ...]  # mean-attention thresholds of the descriptive rates
+    loss_target: float | None
+    accuracy_targets: tuple[float, ...]
+    methods: tuple[str, ...]
+    downstream: tuple[str, ...] | None  # None: every downstream (incl. negative_control)
+    near_one: float  # "near 1" for final attention and cos(v1, v*)
+    n_boot: int
+    target_c: tuple[float, ...]  # the theorem's targets 1 - exp(-c D)
+    target_c_post_hoc: bool  # the c values were chosen after seeing data
+    kappas: tuple[float, ...]  # concentration measured at steps kappa D^3
+    fit_D_max: int  # the out-of-sample test fits on D <= this
+    predict_D: tuple[int, ...]
+    laws: tuple[str, ...]
+    min_power: float
+    power_simulations: int
+    n_star_form: str
+    machine_spread: float
+    baseline: str  # ablations.analysis
+    ablation_sizes: tuple[int, ...] | None  # None: smallest, middle and largest n of the grid
+    study_seed: int
+
+    @classmethod
+    def from_spec(cls, spec: dict, where: str = "analysis spec") -> Settings:
+        """From ``{"scaling": <scaling.analysis>, "ablations": <ablations.analysis>, "study_seed": int}``."""
+        try:
+            a, b = spec["scaling"], spec["ablations"]
+            values = {
+                "thresholds": tuple(float(x) for x in a["thresholds"]),
+                "loss_target": None if a["loss_target"] is None else float(a["loss_target"]),
+                "accuracy_targets": tuple(float(x) for x in a["accuracy_targets"]),
+                "methods": tuple(a["methods"]),
+                "downstream": tuple(a["downstream"]),
+                "near_one": float(a["near_one"]),
+                "n_boot": int(a["n_boot"]),
+                "target_c": tuple(float(x) for x in a["target_c"]),
+                "target_c_post_hoc": bool(a["target_c_post_hoc"]),
+                "kappas": tuple(float(x) for x in a["kappas"]),
+                "fit_D_max": int(a["fit_D_max"]),
+                "predict_D": tuple(int(x) for x in a["predict_D"]),
+                "laws": tuple(a["laws"]),
+                "min_power": float(a["min_power"]),
+                "power_simulations": int(a["power_simulations"]),
+                "n_star_form": str(a["n_star_form"]),
+                "machine_spread": float(a["machine_spread"]),
+                "baseline": str(b["baseline"]),
+                "ablation_sizes": None if b["sizes"] is None else tuple(int(n) for n in b["sizes"]),
+                "study_seed": int(spec["study_seed"]),
+            }
+        except KeyError as exc:
+            missing = exc.args[0]
+            raise InputError(f"{where}: missing key {missing!r} (write it from the schema-filled config)") from None
+        return cls(**values)
+
+    @staticmethod
+    def spec(config: dict) -> dict:
+        """The spec of a schema-filled config: what the workflow writes and :meth:`from_spec` reads."""
+        return {
+            "scaling": (config.get("scaling") or {}).get("analysis") or {},
+            "ablations": (config.get("ablations") or {}).get("analysis") or {},
+            "study_seed": config["study_seed"],
+        }
+
+    @classmethod
+    def read(cls, path: str | Path) -> Settings:
+        try:
+            spec = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"{path}: cannot read the analysis spec ({exc})") from None
+        return cls.from_spec(spec, str(path))
+
+    def replace(self, **changes) -> Settings:
+        return type(self)(**({f.name: getattr(self, f.name) for f in fields(self)} | changes))

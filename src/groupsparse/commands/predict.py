@@ -1,0 +1,49 @@
+"""`groupsparse predict`: the out-of-sample test's predictions, fitted on the D <= fit_D_max runs alone."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="fit 1 - min attention at kappa D^3 on the grid runs with D <= fit_D_max (power and exponential "
+        "law) and predict it at larger D with prediction intervals",
+    )
+    p.add_argument(
+        "--trajectories",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="per-run pretraining trajectory tables of the grid runs with D <= scaling.analysis.fit_D_max",
+    )
+    p.add_argument("--spec", required=True, help="analysis spec (JSON): scaling.analysis and ablations.analysis")
+    p.add_argument("--out", required=True, help="output Parquet: the predictions table")
+    p.add_argument("--out-csv", required=True, help="the predictions table as CSV")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from dataclasses import asdict
+
+    from ..analysis.predict import predictions
+    from ..analysis.settings import Settings
+    from ..config.specs import config_hash
+    from ..io import files as io
+    from .scaling import read_named
+
+    settings = Settings.read(args.spec)
+    traj, inputs = read_named(args.trajectories, "trajectory")
+    try:
+        table = predictions(traj, settings)
+    except ValueError as exc:
+        raise io.InputError(str(exc)) from None
+    prov = io.provenance(config_hash(asdict(settings)), "cpu", settings=asdict(settings), inputs=inputs)
+    io.write_parquet(table, args.out, prov)
+    io.write_text_atomic(args.out_csv, table.to_csv(index=False, float_format="%.6g"))
+    usable = table[table["blocker"] == ""]
+    print(
+        f"predict: {len(table)} predictions ({len(usable)} usable) from {len(args.trajectories)} run table(s), "
+        f"D <= {settings.fit_D_max}, at D = {', '.join(map(str, settings.predict_D))}",
+        flush=True,
+    )
+    return 0
