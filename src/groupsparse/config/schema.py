@@ -72,6 +72,13 @@ def check_run_spec(raw: Any) -> None:
         raise ConfigError(problem)
 
 
+def section_problem(raw: Any, definition: str) -> str | None:
+    """The first problem of ``raw`` against the schema's ``$defs/<definition>`` (keys relative to it), or None."""
+    plain = json.loads(json.dumps(raw if raw is not None else {}, default=str))
+    full = study_schema()
+    return schema_problem(plain, {"$defs": full["$defs"], "$ref": f"#/$defs/{definition}"})
+
+
 # --- checking a config against it, in one line a person can act on ----------------------------
 
 
@@ -154,7 +161,10 @@ def schema_problem(config: dict[str, Any], schema: dict[str, Any]) -> str | None
         )
     if kind == "required":
         missing = [k for k in sub["required"] if k not in error.instance]
-        return f"{_key(where + missing[:1])}: required key is missing; required keys: {', '.join(sub['required'])}"
+        when = f" when {_key(where + ['enabled'])} is true" if "then" in error.schema_path else ""
+        return (
+            f"{_key(where + missing[:1])}: required key is missing{when}; required keys: {', '.join(sub['required'])}"
+        )
     if kind == "propertyNames":
         return f"{_key(where)}: bad name {shown(error.instance)}; allowed: names {_allowed(sub['propertyNames'])}"
     if kind == "minProperties":

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .work import (
-    COEFFICIENTS_OF,
     DOWNSTREAM,
     Fit,
     _token_width,
+    coefficients_of,
     describe_pretrain,
     describe_transfer,
     fit_work,
@@ -135,7 +135,7 @@ def _fit_features(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None)
 
 def fit_seconds(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None = None) -> float:
     """Predicted seconds of one fit (all ``seeds`` at once), on one CPU thread."""
-    k = coefficients()["transfer_fit"][COEFFICIENTS_OF.get(fit.method, fit.method)]
+    k = coefficients()["transfer_fit"][coefficients_of(fit.method)]
     return sum(k[name] * x for name, x in zip(FIT_TERMS, _fit_features(fit, seeds, d, D, m, hp)))
 
 

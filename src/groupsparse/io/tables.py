@@ -26,7 +26,11 @@ FINAL_METRICS = (
     "W_pp_norm",
 )
 
-# Every column of a transfer job's table, in order (transfer.runner writes them).
+# A transfer row's fitted settings are columns p_<setting> (benchopt's parameter columns), one per
+# setting any method of the table has, after TRANSFER_COLUMNS.
+PARAMETER_PREFIX = "p_"
+
+# Every column of a transfer job's table, in order, before its parameter columns (transfer.runner writes them).
 TRANSFER_COLUMNS = (
     "run",
     "task_name",
@@ -44,16 +48,19 @@ TRANSFER_COLUMNS = (
     "train_loss",
     "fit_seconds",
     "status",
-    "hyperparameters",
+    "error",
     "cos_direction",
     "selection",
     "hp_at_edge",
+    "hp_edge",
+    "cv_accuracy",
+    "cv_loss",
     "online_error",
 )
 
 # Transfer columns a table may lack and still be read (bookkeeping, or added after the first tables).
-_TRANSFER_OPTIONAL = {"j_star", "pretrain_j_star", "train_loss", "fit_seconds", "hyperparameters", "cos_direction"}
-_TRANSFER_OPTIONAL |= {"selection", "hp_at_edge", "online_error"}
+_TRANSFER_OPTIONAL = {"j_star", "pretrain_j_star", "train_loss", "fit_seconds", "error", "cos_direction"}
+_TRANSFER_OPTIONAL |= {"selection", "hp_at_edge", "hp_edge", "cv_accuracy", "cv_loss", "online_error"}
 
 # What a table must have to be read at all (older tables may lack the newer columns).
 REQUIRED_COLUMNS = {

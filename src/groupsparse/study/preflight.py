@@ -155,27 +155,37 @@ class StudyRefused(Exception):
 
 
 def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str]:
-    """Names in the analysis settings that must refer to a run or a method, and do not."""
+    """Names in the analysis settings that must refer to a run or a method, and do not: checked
+    whether or not their section is on (a name a switched-off section holds still reaches the
+    analysis settings, and is wrong the day the section is switched on)."""
+    from ..transfer.methods import method_names
+
     problems = []
     scaling = config.get("scaling") or {}
     if scaling.get("enabled"):
         fitted = {m for run in runs.values() if run.role == "scaling" for m in run.methods}
-        for i, method in enumerate((scaling.get("analysis") or {}).get("methods") or []):
-            if method not in fitted:
-                problems.append(
-                    f"scaling.analysis.methods[{i}]: {shown(method)} is not a transfer method of the "
-                    f"scaling runs; they run: {', '.join(sorted(fitted)) or 'none (transfer is off)'}"
-                )
-    ablations = config.get("ablations") or {}
-    if ablations.get("enabled"):
-        analysis = ablations.get("analysis") or {}
-        baseline = analysis.get("baseline", "ablation_none")
-        ablation_runs = sorted(r for r, run in runs.items() if run.role == "ablation")
-        if baseline not in ablation_runs:
+        what = "a transfer method of the scaling runs; they run"
+    else:
+        fitted = set(((scaling.get("transfer") or {}).get("methods")) or method_names())
+        what = "a transfer method the scaling runs would fit (scaling is off); known"
+    for i, method in enumerate((scaling.get("analysis") or {}).get("methods") or []):
+        if method not in fitted:
             problems.append(
-                f"ablations.analysis.baseline: {shown(baseline)} is not an ablation run; "
-                f"runs: {', '.join(ablation_runs)}"
+                f"scaling.analysis.methods[{i}]: {shown(method)} is not {what}: "
+                f"{', '.join(sorted(fitted)) or 'none (transfer is off)'}"
             )
+    ablations = config.get("ablations") or {}
+    analysis = ablations.get("analysis") or {}
+    baseline = analysis.get("baseline", "ablation_none")
+    if ablations.get("enabled"):
+        ablation_runs = sorted(r for r, run in runs.items() if run.role == "ablation")
+    else:  # the runs the section would make
+        ablation_runs = sorted(["ablation_none"] + [f"ablation_{v}" for v in ablations.get("variants") or {}])
+    if baseline not in ablation_runs:
+        problems.append(
+            f"ablations.analysis.baseline: {shown(baseline)} is not an ablation run; runs: {', '.join(ablation_runs)}"
+        )
+    if ablations.get("enabled"):
         sizes = {n for run in runs.values() if run.role == "ablation" for n in run.sizes}
         for i, n in enumerate(analysis.get("sizes") or []):
             if n not in sizes:

@@ -16,7 +16,8 @@ from typing import Any
 
 from ..config.schema import check_study
 from ..config.specs import ConfigError, RunSpec
-from ..transfer.spec import METHODS, TransferSpec
+from ..transfer.methods import method_names
+from ..transfer.spec import check_transfer
 
 TRANSFER_JOB_KEYS = ("enabled", "methods", "sizes", "method_groups")
 
@@ -95,14 +96,15 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
         run.methods = list(tr["methods"])
         run.sizes = [int(n) for n in tr["sizes"]]
         groups = tr.get("method_groups") or {"all": run.methods}
-        bad = [m for m in run.methods if m not in METHODS]
+        known = method_names()
+        bad = [m for m in run.methods if m not in known]
         if bad:
-            raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(METHODS)}")
+            raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(known)}")
         for g, ms in groups.items():  # a subset of a study's methods may drop group members, never typos
-            unknown = [m for m in ms if m not in METHODS]
+            unknown = [m for m in ms if m not in known]
             if unknown:
                 raise ConfigError(
-                    f"{where}.transfer.method_groups.{g}: unknown method {unknown[0]!r}; allowed: {', '.join(METHODS)}"
+                    f"{where}.transfer.method_groups.{g}: unknown method {unknown[0]!r}; allowed: {', '.join(known)}"
                 )
         run.method_groups = {g: [m for m in ms if m in run.methods] for g, ms in groups.items()}
         run.method_groups = {g: ms for g, ms in run.method_groups.items() if ms}
@@ -116,7 +118,7 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
         run.transfer = {k: v for k, v in tr.items() if k not in TRANSFER_JOB_KEYS}
         _check_sizes(run.sizes, f"{where}.transfer", run.transfer.get("max_n"))
         try:
-            TransferSpec.from_dict(run.transfer)  # its messages already start with "transfer."
+            check_transfer(run.transfer)  # its messages already start with "transfer."
         except ConfigError as exc:
             raise _prefixed(where, exc) from None
     return run
