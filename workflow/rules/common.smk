@@ -12,7 +12,7 @@ min_version("9.0")
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from groupsparse import costs  # noqa: E402  (torch-free
 from groupsparse.io import files as io
-from groupsparse.study import preflight
+from groupsparse.study import outputs, preflight
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
@@ -46,7 +46,6 @@ def transfer_spec_file(run):
     )
 
 
-STUDY_FILE = str(io.content_file(f"{R}/specs", "study", STUDY_JSON))
 CHUNK = r"\d+-\d+"
 
 
@@ -298,3 +297,53 @@ def scaling_outputs():
             for ext in ("png", "pdf")
         ]
     )
+
+
+# --- every path the study writes: absent or of the right type, checked before anything is written
+
+
+def written_files():
+    """The files the study writes (spec files, per-job outputs, logs, benchmarks, tables, figures)."""
+    files = [io.content_path(f"{R}/specs", "study", STUDY_JSON)]
+    for r, run in RUNS.items():
+        files.append(io.content_path(f"{R}/specs", f"{r}.pretrain", run.spec_json))
+        if run.transfer is not None:
+            files.append(
+                io.content_path(f"{R}/specs", f"{r}.transfer", run.transfer_json())
+            )
+        for c in run.chunks:
+            prefix = pretrain_prefix(r, c)
+            files += [
+                checkpoint_path(r, c),
+                prefix + ".trajectory.parquet",
+                prefix + ".attention.parquet",
+            ]
+            files += [
+                f"{R}/logs/pretrain/{r}/seeds{c}.log",
+                f"{R}/benchmarks/pretrain/{r}/seeds{c}.tsv",
+            ]
+            for g in run.method_groups if run.transfer is not None else []:
+                files += [
+                    f"{R}/transfer/{r}/seeds{c}/{g}.parquet",
+                    f"{R}/logs/transfer/{r}/seeds{c}/{g}.log",
+                    f"{R}/benchmarks/transfer/{r}/seeds{c}/{g}.tsv",
+                ]
+    tables = [
+        "pretrain_trajectories.parquet",
+        "pretrain_attention.parquet",
+        "pretrain_summary.parquet",
+        "pretrain_summary.csv",
+        ".inputs_checked",
+    ]
+    files += [f"{R}/tables/{t}" for t in tables] + [f"{R}/provenance.json"]
+    files += [
+        f"{R}/{kind}/{job}"
+        for kind, job in (("logs", "aggregate.log"), ("benchmarks", "aggregate.tsv"))
+    ]
+    return files + figure_files() + transfer_table_files() + scaling_outputs()
+
+
+_problem = outputs.wrong_type_problem(R, written_files())
+if _problem:
+    raise WorkflowError(f"cannot run the study: {_problem}")
+STUDY_FILE = str(io.content_file(f"{R}/specs", "study", STUDY_JSON))
