@@ -312,11 +312,10 @@ def written_files():
                 io.content_path(f"{R}/specs", f"{r}.transfer", run.transfer_json())
             )
         for c in run.chunks:
-            prefix = pretrain_prefix(r, c)
             files += [
                 checkpoint_path(r, c),
-                prefix + ".trajectory.parquet",
-                prefix + ".attention.parquet",
+                f"{pretrain_prefix(r, c)}.trajectory.parquet",
+                f"{pretrain_prefix(r, c)}.attention.parquet",
             ]
             files += [
                 f"{R}/logs/pretrain/{r}/seeds{c}.log",
