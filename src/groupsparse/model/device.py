@@ -5,6 +5,10 @@ from __future__ import annotations
 import torch
 
 from ..config.errors import ConfigError
+from ..config.specs import DTYPES
+
+# The spec's `dtype` names (config.specs.DTYPES, the schema's enum) as torch types.
+TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
 
 
 def torch_device(name: str) -> torch.device:

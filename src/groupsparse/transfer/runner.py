@@ -33,7 +33,7 @@ from ..config.seeding import torch_generator
 from ..config.specs import RunSpec, config_hash
 from ..io import files as io
 from ..io.tables import PARAMETER_PREFIX, TRANSFER_COLUMNS
-from ..model.device import torch_device
+from ..model.device import TORCH_DTYPES, torch_device
 from .baselines import warm_up_group_lasso
 from .fitting import Context, OnlineEval
 from .methods import method as method_info
@@ -49,7 +49,6 @@ from .tasks import (
     train_generator,
 )
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 CV_CHUNK_FLOATS = 2**23  # training inputs (floats) per batched cross-validation fit: bounds its memory
 STATUSES = ("ok", "diverged", "failed", "skipped_pretrain_diverged")
 COLUMNS = list(TRANSFER_COLUMNS)
@@ -92,7 +91,7 @@ def _run_transfer(run_spec, spec, checkpoint, methods, sizes, progress) -> Trans
     check_grid(list(methods), list(sizes), spec)
     tensors, meta = io.load_checkpoint(checkpoint)
     pre = check_checkpoint(run_spec, tensors, meta, checkpoint)
-    ctx = Context(run_spec, torch_device(run_spec.device), DTYPES[spec.dtype])
+    ctx = Context(run_spec, torch_device(run_spec.device), TORCH_DTYPES[spec.dtype])
     say = progress or (lambda msg: None)
 
     compile_seconds = None
