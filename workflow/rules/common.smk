@@ -55,12 +55,13 @@ wildcard_constraints:
     group="[A-Za-z][A-Za-z0-9_]*",
 
 
-JOBS = config.get("jobs", {})
-PRETRAIN_THREADS = JOBS.get("pretrain_threads", 1)
-TRANSFER_THREADS = JOBS.get("transfer_threads", 1)
+# settings with the schema's defaults filled in (preflight.check_study above)
+JOBS = config["jobs"]
+PRETRAIN_THREADS = JOBS["pretrain_threads"]
+TRANSFER_THREADS = JOBS["transfer_threads"]
 # steps between a pretraining job's saved resume states (the numbers do not depend on it)
-PRETRAIN_RESUME_EVERY = JOBS.get("pretrain_resume_every", 500)
-GPU = 1 if config.get("device") == "cuda" else 0
+PRETRAIN_RESUME_EVERY = JOBS["pretrain_resume_every"]
+GPU = costs.gpus_per_job(config["device"])
 
 
 def pretrain_prefix(run, chunk):
@@ -145,8 +146,8 @@ def figure_files():
 
 # A job's memory request never exceeds jobs.max_mem_mb: the prediction itself fits (preflight
 # refused the study otherwise); only the safety margin is trimmed.
-MAX_MEM_MB = JOBS.get("max_mem_mb")
-MAX_RUNTIME_MIN = JOBS.get("max_runtime_min")
+MAX_MEM_MB = JOBS["max_mem_mb"]
+MAX_RUNTIME_MIN = JOBS["max_runtime_min"]
 
 
 def pretrain_resources(wildcards):

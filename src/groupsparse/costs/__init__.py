@@ -55,7 +55,7 @@ cluster job: seed chunks and the packing of runs into Slurm jobs). ``from groups
 gives all of them; none imports torch or (at import) numpy.
 """
 
-from .cluster import DEFAULT_MAX_RUNTIME_MIN, chain_requests, fit_chunks, group_request, pack, slurm_jobs
+from .cluster import DEFAULT_MAX_RUNTIME_MIN, chain_requests, fit_chunks, gpus_per_job, group_request, pack, slurm_jobs
 from .fit import (
     DEFAULT_DATA,
     TABLES,
@@ -109,6 +109,7 @@ __all__ = [
     "DEFAULT_MAX_RUNTIME_MIN",
     "chain_requests",
     "fit_chunks",
+    "gpus_per_job",
     "group_request",
     "pack",
     "slurm_jobs",

@@ -231,7 +231,7 @@ def _check_study(config, schema, config_files, results) -> dict:
         raise StudyRefused(f"invalid configuration: {problems[0]}")
     from ..costs import check_memory  # the fitted cost model: absurd sizes stop here, not in a job
 
-    jobs = config.get("jobs") or {}
+    jobs = config["jobs"]
     problems = check_memory(runs, limit_mb=jobs.get("max_mem_mb"))
     if problems:
         raise StudyRefused(f"cannot run the study: {problems[0]} (jobs.max_mem_mb)")
@@ -239,9 +239,9 @@ def _check_study(config, schema, config_files, results) -> dict:
 
     problems = fit_chunks(
         runs,
-        config.get("device", "cpu"),
-        jobs.get("pretrain_threads", 1),
-        jobs.get("transfer_threads", 1),
+        config["device"],
+        jobs["pretrain_threads"],
+        jobs["transfer_threads"],
         jobs.get("max_runtime_min"),
     )
     if problems:

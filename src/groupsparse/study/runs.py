@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config.schema import check_study
+from ..config.schema import check_study, fill_defaults, study_schema
 from ..config.specs import ConfigError, RunSpec
 from ..transfer.methods import method_names
 from ..transfer.spec import check_transfer
@@ -78,8 +78,8 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
         "task": copy.deepcopy(entry.get("task", {})),
         "model": deep_merge(config.get("model", {}), entry.get("model")),
         "pretrain": pre,
-        "dtype": entry.get("dtype") or config.get("dtype", "float32"),
-        "device": config.get("device", "cpu"),
+        "dtype": entry.get("dtype") or config["dtype"],
+        "device": config["device"],
         "run_name": name,
         "role": role,
         "variant": variant,
@@ -136,8 +136,10 @@ def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:
 
 
 def expand(config: dict) -> dict[str, Run]:
-    """All pretraining runs of the study, by name (validated: the schema, then the cross-field rules)."""
+    """All pretraining runs of the study, by name (validated: the schema, its defaults filled in
+    ``config`` in place, then the cross-field rules)."""
     check_study(config)
+    fill_defaults(config, study_schema())
     runs: dict[str, Run] = {}
     tasks = config["tasks"]
     for name, entry in tasks.items():
