@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError
-from .schema import check_run_spec
+from .schema import check_run_spec, study_schema
 
 # Ranges, enums and defaults of the settings live in workflow/schemas/config.schema.yaml (see schema.py);
 # this module keeps the rules that tie several settings together.
@@ -226,16 +226,26 @@ class ImageTaskSpec:
             )
 
 
+def _schema_defaults(definition: str) -> dict[str, Any]:
+    """The schema's defaults of ``$defs/<definition>`` (the one place they are written)."""
+    props = study_schema()["$defs"][definition]["properties"]
+    return {key: prop["default"] for key, prop in props.items() if "default" in prop}
+
+
+_MODEL = _schema_defaults("model")
+_PRETRAIN = _schema_defaults("pretrain")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """The paper's one-layer transformer and the section 6 variants."""
+    """The paper's one-layer transformer and the section 6 variants (defaults: the schema's)."""
 
-    positions: str = "concat"  # concat: z_j = [x_j; p_j] (paper); add: z_j = x_j + p_j
-    attention: str = "merged"  # merged W (paper) | separate W_K, W_Q (scores (W_K z_i)^T (W_Q z_j))
-    score_scale: str = "none"  # none (paper) | sqrt: scores / sqrt(width)
-    init: str = "zero"  # zero (paper) | random: N(0, init_scale^2) entries
-    init_scale: float = 0.01
-    layers: int = 1  # >1 stacks residual attention layers before the paper's read-out
+    positions: str = _MODEL["positions"]  # concat: z_j = [x_j; p_j] (paper); add: z_j = x_j + p_j
+    attention: str = _MODEL["attention"]  # merged W (paper) | separate W_K, W_Q (scores (W_K z_i)^T (W_Q z_j))
+    score_scale: str = _MODEL["score_scale"]  # none (paper) | sqrt: scores / sqrt(width)
+    init: str = _MODEL["init"]  # zero (paper) | random: N(0, init_scale^2) entries
+    init_scale: float = _MODEL["init_scale"]
+    layers: int = _MODEL["layers"]  # >1 stacks residual attention layers before the paper's read-out
 
     def validate(self, where: str = "model") -> None:
         _check(
@@ -251,15 +261,17 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class PretrainSpec:
-    steps: int = 3000
-    eta: float = 0.5
-    batch: int = 2048
-    sampling: str = "antithetic"  # antithetic: X drawn with -X (label -y); iid: plain batches
-    eval_size: int = 4096
-    record_every: int = 50  # regular recording grid (plus log-spaced steps)
-    attention_checkpoints: int = 6  # log-spaced steps at which the whole mean S is stored
-    on_diverge: str = "record"  # record: keep going, mark the seed diverged | fail: exit non-zero
-    gradient: str = "auto"  # auto: closed form for the paper model, autograd otherwise
+    """Population gradient descent (defaults and their meaning: the schema's $defs/pretrain)."""
+
+    steps: int = _PRETRAIN["steps"]
+    eta: float = _PRETRAIN["eta"]
+    batch: int = _PRETRAIN["batch"]
+    sampling: str = _PRETRAIN["sampling"]
+    eval_size: int = _PRETRAIN["eval_size"]
+    record_every: int = _PRETRAIN["record_every"]
+    attention_checkpoints: int = _PRETRAIN["attention_checkpoints"]
+    on_diverge: str = _PRETRAIN["on_diverge"]
+    gradient: str = _PRETRAIN["gradient"]
 
     def validate(self, where: str = "pretrain") -> None:
         _check(

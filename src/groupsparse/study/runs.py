@@ -71,7 +71,7 @@ def _check_sizes(sizes: list[int], where: str, max_n: int | None) -> None:
 
 def _make_run(config: dict, name: str, entry: dict, role: str, where: str, variant: str = "") -> Run:
     pre = deep_merge(config.get("pretrain", {}), entry.get("pretrain"))
-    seeds, per_job = pre.pop("seeds", 5), pre.pop("seeds_per_job", 5)
+    seeds, per_job = pre.pop("seeds"), pre.pop("seeds_per_job")  # the schema's defaults, filled at the top
     spec_dict = {
         "study_seed": config["study_seed"],
         "task_name": entry.get("data_identity", name),
