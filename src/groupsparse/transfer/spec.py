@@ -15,7 +15,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config.schema import section_problem
+from ..config.schema import section_problem, study_schema
 from ..config.specs import ConfigError, _check, _choice, config_hash
 from .methods import method as method_info
 from .methods import method_names
@@ -23,6 +23,9 @@ from .methods import method_names
 DOWNSTREAM = ("transfer", "negative_control")
 SELECTIONS = ("fixed", "cv")
 DEFAULT_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+# The schema's defaults of the transfer section (the rest below have none there: their absence from
+# a spec file is part of its hash, so a default added to the schema would rename every transfer spec).
+_SCHEMA = {k: p["default"] for k, p in study_schema()["$defs"]["transfer"]["properties"].items() if "default" in p}
 
 
 @dataclass(frozen=True)
@@ -33,12 +36,12 @@ class TransferSpec:
     control_methods: tuple | None = None  # methods also fitted on negative_control (None: every method)
     angle_deg: float | None = None  # None: v~* a fresh uniform unit vector; else at this angle to v*
     sigma_x: float | None = None  # None: the pretraining task's sigma_x
-    selection: str = "cv"  # hyperparameter rule: cv (k-fold CV on the n samples) | fixed
-    cv_folds: int = 3  # k; reduced to floor(n / 2) when n < 2k (runner._select)
-    cv_large_n: int = 128  # from this n on: one holdout split instead of k fits (cost)
-    cv_holdout_folds: int = 2  # ... validating on 1/cv_holdout_folds of the samples (1/2: 50/50)
-    online_eval_size: int = 1000  # test samples (the first of the test set) scoring each online iterate
-    online_points: int = 64  # iterates scored per online-SGD fit: all when n <= this, else log-spaced
+    selection: str = _SCHEMA["selection"]  # hyperparameter rule: cv (k-fold CV on the n samples) | fixed
+    cv_folds: int = _SCHEMA["cv_folds"]  # k; reduced to floor(n / 2) when n < 2k (runner._select)
+    cv_large_n: int = _SCHEMA["cv_large_n"]  # from this n on: one holdout split instead of k fits (cost)
+    cv_holdout_folds: int = _SCHEMA["cv_holdout_folds"]  # ... validating on 1/k of the samples (1/2: 50/50)
+    online_eval_size: int = _SCHEMA["online_eval_size"]  # test samples scoring each online iterate
+    online_points: int = _SCHEMA["online_points"]  # iterates scored per online-SGD fit (log-spaced above)
     hyperparameters: dict = field(default_factory=dict)  # method -> {key: value}, overrides the defaults
     grids: dict = field(default_factory=dict)  # method -> {key: [values]}, replaces the cv grid
     dtype: str = "float32"  # torch methods (the checkpoint is cast to it)
