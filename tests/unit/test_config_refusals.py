@@ -61,3 +61,18 @@ def test_every_written_path_of_the_wrong_type_is_named(tmp_path):
     (results / "pretrain" / "base" / "seeds0-1.safetensors").mkdir(parents=True)
     problem = outputs.wrong_type_problem(results, files)
     assert problem.startswith(f"{(results / 'pretrain/base/seeds0-1.safetensors').resolve()}: the study writes a file")
+
+
+@pytest.mark.parametrize("section", ["transfer", "scaling.transfer", "ablations.transfer"])
+def test_an_unknown_method_in_a_switched_off_transfer_section_is_refused(section, tmp_path):
+    config = tiny_config()
+    node = config
+    for part in section.split(".")[:-1]:
+        node = node.setdefault(part, {"enabled": False})
+    node[section.split(".")[-1]] = {"enabled": False, "methods": ["logreg", "magik"]}
+    assert f"{section}.methods[1]: 'magik' is not a transfer method" in refusal(config, tmp_path)
+
+
+def test_an_ablation_base_task_that_is_no_task_is_refused_with_ablations_off(tmp_path):
+    config = tiny_config() | {"ablations": {"enabled": False, "base_task": "nope"}}
+    assert "ablations.base_task: 'nope' is not a task; tasks: base" in refusal(config, tmp_path)

@@ -161,6 +161,22 @@ def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str
     from ..transfer.methods import method_names
 
     problems = []
+    known = set(method_names())
+    sections = [("transfer", config.get("transfer"))]
+    sections += [(f"tasks.{name}.transfer", (entry or {}).get("transfer")) for name, entry in config["tasks"].items()]
+    sections += [(f"{part}.transfer", (config.get(part) or {}).get("transfer")) for part in ("scaling", "ablations")]
+    for where, section in sections:  # every transfer section, switched on or not
+        section = section or {}
+        named = [(f"{where}.methods[{i}]", m) for i, m in enumerate(section.get("methods") or [])]
+        for group, members in (section.get("method_groups") or {}).items():
+            named += [(f"{where}.method_groups.{group}[{i}]", m) for i, m in enumerate(members)]
+        for key, name in named:
+            if name not in known:
+                problems.append(f"{key}: {shown(name)} is not a transfer method; known: {', '.join(method_names())}")
+    ablations = config.get("ablations") or {}
+    base = ablations.get("base_task", "base")
+    if ablations and base not in config["tasks"]:
+        problems.append(f"ablations.base_task: {shown(base)} is not a task; tasks: {', '.join(config['tasks'])}")
     scaling = config.get("scaling") or {}
     if scaling.get("enabled"):
         fitted = {m for run in runs.values() if run.role == "scaling" for m in run.methods}
@@ -174,7 +190,6 @@ def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str
                 f"scaling.analysis.methods[{i}]: {shown(method)} is not {what}: "
                 f"{', '.join(sorted(fitted)) or 'none (transfer is off)'}"
             )
-    ablations = config.get("ablations") or {}
     analysis = ablations.get("analysis") or {}
     baseline = analysis.get("baseline", "ablation_none")
     if ablations.get("enabled"):
