@@ -74,5 +74,12 @@ def test_an_unknown_method_in_a_switched_off_transfer_section_is_refused(section
 
 
 def test_an_ablation_base_task_that_is_no_task_is_refused_with_ablations_off(tmp_path):
-    config = tiny_config() | {"ablations": {"enabled": False, "base_task": "nope"}}
+    variants = {"v": {"task": {"features": "gaussian"}}}
+    config = tiny_config() | {"ablations": {"enabled": False, "base_task": "nope", "variants": variants}}
     assert "ablations.base_task: 'nope' is not a task; tasks: base" in refusal(config, tmp_path)
+
+
+def test_a_study_without_ablations_needs_no_task_named_base(tmp_path):
+    config = tiny_config()
+    config["tasks"] = {"other": config["tasks"].pop("base")}
+    assert list(preflight.check_study(config, SCHEMA, results=str(tmp_path / "results"))) == ["other"]

@@ -173,9 +173,10 @@ def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str
         for key, name in named:
             if name not in known:
                 problems.append(f"{key}: {shown(name)} is not a transfer method; known: {', '.join(method_names())}")
-    ablations = config.get("ablations") or {}
-    base = ablations.get("base_task", "base")
-    if ablations and base not in config["tasks"]:
+    ablations = config["ablations"]  # filled: the schema's defaults (base_task: base)
+    base = ablations["base_task"]
+    # a study without ablations needs no task named like the default base_task
+    if (ablations.get("enabled") or ablations.get("variants")) and base not in config["tasks"]:
         problems.append(f"ablations.base_task: {shown(base)} is not a task; tasks: {', '.join(config['tasks'])}")
     scaling = config.get("scaling") or {}
     if scaling.get("enabled"):
