@@ -328,6 +328,7 @@ def test_the_registry_lists_each_method_module_once_with_its_declarations():
     assert len(METHODS) == len(set(METHODS)) == 10
     assert names_where(family="pretrained") == tuple(m for m in METHODS if m.startswith("pretrained"))
     assert names_where(theory=True) == ("pretrained_finetune", "pretrained_frozen_W")
+    assert names_where(library="skglm") == ("group_lasso",)
     for name in METHODS:
         info = method(name)
         assert info.costs_like in METHODS and method(info.costs_like).costs_like == info.costs_like

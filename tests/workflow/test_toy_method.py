@@ -20,6 +20,7 @@ FAMILY = "baseline"
 DESCRIPTION = "nearest class mean on vec(X)"
 DEFAULTS = {"scale": 1.0}
 GRID = {"scale": [0.5, 1.0, 2.0]}
+LIBRARY = "torch"
 COSTS_LIKE = "logreg"
 
 

@@ -95,7 +95,7 @@ def _run_transfer(run_spec, spec, checkpoint, methods, sizes, progress) -> Trans
     say = progress or (lambda msg: None)
 
     compile_seconds = None
-    if "group_lasso" in methods:
+    if "group_lasso" in methods:  # its numba kernels compile once per job, timed apart from the fits
         tc = time.perf_counter()
         solvers = {
             hp["solver"]

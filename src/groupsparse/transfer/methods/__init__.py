@@ -8,6 +8,8 @@ imports torch when called) and declares:
 - ``DESCRIPTION``: one line;
 - ``DEFAULTS``: its hyperparameters under the rule "fixed" (also the settings CV does not tune);
 - ``GRID``: {setting: [values]} tried by the rule "cv" (the product of the lists);
+- ``LIBRARY``: what fits it, for the cost model: "torch" (the paper's model), "torch_net" (an
+  AdamW-trained net), "sklearn" or "skglm" (CPU-only libraries, whatever the device);
 - ``COSTS_LIKE``: the method whose fitted cost coefficients (costs/costs.yaml) it uses;
 - ``work(n, n_eval, seeds, d, D, m, hp)``: (steps, train_work, eval_work) of one fit, the cost model's
   features;
@@ -31,7 +33,8 @@ from types import ModuleType
 from typing import Any
 
 FAMILIES = ("pretrained", "baseline")
-_REQUIRED = ("FAMILY", "DESCRIPTION", "DEFAULTS", "GRID", "COSTS_LIKE", "work", "fit")
+LIBRARIES = ("torch", "torch_net", "sklearn", "skglm")
+_REQUIRED = ("FAMILY", "DESCRIPTION", "DEFAULTS", "GRID", "LIBRARY", "COSTS_LIKE", "work", "fit")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Method:
     description: str
     defaults: dict[str, Any]
     grid: dict[str, list]
+    library: str
     costs_like: str
     module: ModuleType = field(repr=False)
     online: bool = False
@@ -71,12 +75,15 @@ def _load(module: ModuleType) -> Method:
         raise TypeError(f"{module.__file__}: a method module must declare {', '.join(missing)}")
     if module.FAMILY not in FAMILIES:
         raise TypeError(f"{module.__file__}: FAMILY {module.FAMILY!r} is not one of {', '.join(FAMILIES)}")
+    if module.LIBRARY not in LIBRARIES:
+        raise TypeError(f"{module.__file__}: LIBRARY {module.LIBRARY!r} is not one of {', '.join(LIBRARIES)}")
     return Method(
         name=name,
         family=module.FAMILY,
         description=module.DESCRIPTION,
         defaults=dict(module.DEFAULTS),
         grid={k: list(v) for k, v in module.GRID.items()},
+        library=module.LIBRARY,
         costs_like=module.COSTS_LIKE,
         module=module,
         online=bool(getattr(module, "ONLINE", False)),

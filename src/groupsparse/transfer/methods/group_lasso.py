@@ -11,6 +11,7 @@ DESCRIPTION = "skglm group-lasso logistic regression on vec(X), D groups"
 DEFAULTS = {"alpha_scale": 1.0, "solver": "GroupProxNewton", "tol": 1e-6, "max_iter": 1000}
 GRID = {"alpha_scale": log_grid(-2, 0.5)}  # 0.01 .. 3 x the universal threshold
 CHOICES = {"solver": ("GroupBCD", "GroupProxNewton")}
+LIBRARY = "skglm"  # skglm (numba, compiled once per job), with scikit-learn: on the CPU
 COSTS_LIKE = "group_lasso"
 work = linear_work
 

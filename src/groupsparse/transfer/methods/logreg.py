@@ -8,6 +8,7 @@ FAMILY = "baseline"
 DESCRIPTION = "scikit-learn L2 logistic regression on vec(X)"
 DEFAULTS = dict(C_DEFAULTS)
 GRID = {"C": C_GRID}
+LIBRARY = "sklearn"  # scikit-learn: on the CPU whatever the device
 COSTS_LIKE = "logreg"
 work = linear_work
 

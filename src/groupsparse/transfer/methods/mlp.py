@@ -11,6 +11,7 @@ DEFAULTS = {"width": 128, "depth": 2, **NET}
 # on the base task the MLP chose the lower edge 1e-4 at n <= 256: its grid starts at 1e-5.
 GRID = {"lr": log_grid(-5, -2, 1)}
 MAY_BE_ZERO = {"weight_decay"}
+LIBRARY = "torch_net"  # a torch net trained by AdamW (its autograd state counts in memory)
 COSTS_LIKE = "mlp"
 problem = net_problem
 

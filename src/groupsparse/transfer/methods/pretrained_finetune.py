@@ -13,6 +13,7 @@ DEFAULTS = dict(SGD, v_start="pretrained")
 GRID = {"eta_rel": ETA_REL}
 CHOICES = {"v_start": ("pretrained", "zero")}
 MAY_BE_NULL = {"eta_rel"}
+LIBRARY = "torch"  # the paper's model in torch (cost model: runs on the job's device)
 COSTS_LIKE = "pretrained_finetune"
 work = sgd_work
 

@@ -9,6 +9,7 @@ DESCRIPTION = "pretrained W frozen; L2 logistic regression on u(X) = Z S 1"
 # scikit-learn LogisticRegression (L2, lbfgs, intercept) on u(X) = Z S 1 at the pretrained W
 DEFAULTS = dict(C_DEFAULTS)
 GRID = {"C": C_GRID}
+LIBRARY = "torch"  # the paper's model in torch (cost model: runs on the job's device)
 COSTS_LIKE = "logreg"  # a logistic regression on m features plus the model's forward pass
 
 

@@ -10,6 +10,7 @@ ONLINE = True
 DEFAULTS = dict(SGD)
 GRID = {"eta_rel": ETA_REL}
 MAY_BE_NULL = {"eta_rel"}
+LIBRARY = "torch"  # the paper's model in torch (cost model: runs on the job's device)
 COSTS_LIKE = "scratch_transformer"
 work = sgd_work
 

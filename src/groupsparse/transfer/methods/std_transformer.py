@@ -13,6 +13,7 @@ DEFAULTS = {"width": 32, "heads": 4, "layers": 2, "ff_width": 64, "positions": "
 GRID = {"lr": log_grid(-3, -1, 1)}
 CHOICES = {"positions": ("learned", "sine")}
 MAY_BE_ZERO = {"weight_decay"}
+LIBRARY = "torch_net"  # a torch net trained by AdamW (its autograd state counts in memory)
 COSTS_LIKE = "std_transformer"
 
 
