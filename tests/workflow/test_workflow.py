@@ -78,30 +78,9 @@ def test_tiny_study_end_to_end(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     tables = tmp_path / "results/tiny" / "tables"
     traj = pd.read_parquet(tables / "pretrain_trajectories.parquet")
-    expected = {
-        "run",
-        "task_name",
-        "d",
-        "D",
-        "seed",
-        "j_star",
-        "step",
-        "train_loss",
-        "eval_loss",
-        "eval_accuracy",
-        "attention_on_relevant",
-        "cos_v1_vstar",
-        "v1_norm",
-        "v2_norm",
-        "W_ff_norm",
-        "W_fp_norm",
-        "W_pf_norm",
-        "W_pp_norm",
-        "status",
-        "diverged_step",
-        "last_finite_loss",
-        "wall_seconds",
-    }
+    from groupsparse.io.tables import FINAL_METRICS, REQUIRED_COLUMNS
+
+    expected = {*REQUIRED_COLUMNS["trajectory"], *FINAL_METRICS, "last_finite_loss", "wall_seconds"}
     assert expected <= set(traj.columns)
     assert traj["step"].dtype == "int64" and traj["eval_loss"].dtype == "float64"
     att = pd.read_parquet(tables / "pretrain_attention.parquet")

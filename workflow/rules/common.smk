@@ -12,6 +12,7 @@ min_version("9.0")
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from groupsparse import costs  # noqa: E402  (torch-free
 from groupsparse.io import files as io
+from groupsparse.io import tables as names
 from groupsparse.study import outputs, preflight
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
@@ -98,9 +99,12 @@ def all_transfer_tables():
     ]
 
 
-FIGURES_PER_RUN = ["pretrain_curves", "attention_heatmaps", "parameters"]
-TRANSFER_TABLES = ["transfer.parquet", "summary.parquet", "sample_complexity.parquet"]
-TRANSFER_TABLES_CSV = ["summary.csv", "sample_complexity.csv"]
+# output names: the one registry in groupsparse.io.tables
+FIGURES_PER_RUN = list(names.RUN_FIGURES)
+TRANSFER_TABLES = [f"{t}.parquet" for t in names.TRANSFER_TABLES]
+TRANSFER_TABLES_CSV = [
+    f"{t}.csv" for t in names.TRANSFER_TABLES if t in names.CSV_TABLES
+]
 
 
 def transfer_table_outputs():
@@ -118,12 +122,12 @@ def as_report_table(path):
 
 
 def run_figure_names(run):
-    names = list(FIGURES_PER_RUN)
+    stems = list(FIGURES_PER_RUN)
     if RUNS[run].transfer is not None:
-        names.append("transfer_accuracy")
-    if RUNS[run].spec["task"].get("kind") == "images":
-        names += ["image_attention", "image_examples"]
-    return names
+        stems.append(names.TRANSFER_FIGURE)
+    if RUNS[run].spec["task"]["kind"] == "images":
+        stems += names.IMAGE_FIGURES
+    return stems
 
 
 def figure_runs():
@@ -137,7 +141,7 @@ def figure_files():
         f"{R}/figures/{r}/{name}.{ext}"
         for r in figure_runs()
         for name in run_figure_names(r)
-        for ext in ("png", "pdf")
+        for ext in names.FIGURE_FORMATS
     ]
 
 

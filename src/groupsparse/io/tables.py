@@ -11,6 +11,19 @@ from pathlib import Path
 
 from .files import InputError
 
+# --- the study's output file names (stems), imported by the rules (workflow/rules/*.smk), the
+# figures and the report; each figure is written in every FIGURE_FORMATS, each table as .parquet.
+FIGURE_FORMATS = ("png", "pdf")
+RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters")  # every named task
+TRANSFER_FIGURE = "transfer_accuracy"  # a task with transfer
+IMAGE_FIGURES = ("image_attention", "image_examples")  # an image task
+SCALING_FIGURES = ("convergence_time", "attention_concentration", "sample_complexity", "online_error", "ablations")
+PRETRAIN_TABLES = ("pretrain_trajectories", "pretrain_attention", "pretrain_summary")
+TRANSFER_TABLES = ("transfer", "summary", "sample_complexity")
+CSV_TABLES = ("pretrain_summary", "summary", "sample_complexity", "claims")  # also written as .csv
+SCALING_TABLES = ("claims", "scaling_fits", "ablations", "scaling_points", "scaling_crossings")
+
+
 # What a pretraining run records per seed at its last step (summaries report each with an interval).
 FINAL_METRICS = (
     "eval_loss",
