@@ -18,6 +18,8 @@ from typing import Any
 
 from .errors import ConfigError
 
+# A run's role: a named task, a point of the scaling grid, or an ablation (a column of every table).
+ROLES = ("task", "scaling", "ablation")
 # What an error message may quote of a bad value: a YAML alias bomb must not be printed whole.
 MAX_SHOWN = 120
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
@@ -49,7 +51,12 @@ def run_spec_schema() -> dict[str, Any]:
             "pretrain": {"$ref": "#/$defs/pretrain"},
             "dtype": top["dtype"],
             "device": top["device"],
+            "run_name": {"type": "string"},
+            "role": {"enum": list(ROLES)},
+            "variant": {"type": "string"},
         },
+        "required": ["study_seed", "task_name"],
+        "additionalProperties": False,
     }
 
 

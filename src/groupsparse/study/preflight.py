@@ -239,7 +239,7 @@ def _check_study(config, schema, config_files, results) -> dict:
         raise StudyRefused(f"invalid configuration: {problem}")
     fill_defaults(config, schema)
     try:
-        runs = expand(config)
+        runs = expand(config, checked=True)  # the schema check above is the one check
     except ConfigError as exc:
         raise StudyRefused(f"invalid configuration: {exc}") from None
     problems = reference_problems(config, runs)

@@ -85,7 +85,7 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
         "variant": variant,
     }
     try:
-        spec = RunSpec.from_dict(spec_dict)
+        spec = RunSpec.from_dict(spec_dict, checked=True)  # its sections passed the study schema
     except ConfigError as exc:
         raise _prefixed(where, exc) from None
     run = Run(name, spec.to_dict(), list(range(seeds)), chunk_seeds(seeds, per_job), role=role)
@@ -135,10 +135,12 @@ def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:
     return pre
 
 
-def expand(config: dict) -> dict[str, Run]:
-    """All pretraining runs of the study, by name (validated: the schema, its defaults filled in
-    ``config`` in place, then the cross-field rules)."""
-    check_study(config)
+def expand(config: dict, checked: bool = False) -> dict[str, Run]:
+    """All pretraining runs of the study, by name (validated: the schema unless ``checked`` (by
+    study.preflight, the Snakefile's one check), its defaults filled in ``config`` in place, then
+    the cross-field rules)."""
+    if not checked:
+        check_study(config)
     fill_defaults(config, study_schema())
     runs: dict[str, Run] = {}
     tasks = config["tasks"]
