@@ -56,7 +56,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..config.specs import ConfigError, RunSpec
     from ..io import files as io
-    from ..transfer.spec import TransferSpec, check_grid
+    from ..transfer.spec import TransferSpec, check_grid, check_transfer
 
     raw = args.spec
     if not isinstance(raw, dict) or "run" not in raw:
@@ -65,6 +65,7 @@ def run(args) -> int:
     if unknown:
         raise ConfigError(f"--spec.{unknown[0]}: unknown key; allowed: run, transfer")
     run_spec = RunSpec.from_dict(raw["run"])
+    check_transfer(raw.get("transfer"))  # the parse-time check, for a spec written by hand (torch-free, cheap)
     spec = TransferSpec.from_dict(raw.get("transfer"))
     check_grid(args.methods, args.sizes, spec)  # before any heavy import or work
     device = run_spec.device  # the spec is the one channel of the device

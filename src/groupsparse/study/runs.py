@@ -17,9 +17,7 @@ from typing import Any
 from ..config.schema import check_study, fill_defaults, study_schema
 from ..config.specs import ConfigError, RunSpec
 from ..transfer.methods import method_names
-from ..transfer.spec import check_transfer
-
-TRANSFER_JOB_KEYS = ("enabled", "methods", "sizes", "method_groups")
+from ..transfer.spec import GRID_KEYS, check_transfer
 
 
 @dataclass
@@ -115,7 +113,7 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
         ungrouped = sorted(set(run.methods) - set(grouped))
         if ungrouped:
             raise ConfigError(f"{where}.transfer.method_groups: methods {ungrouped} are in no group")
-        run.transfer = {k: v for k, v in tr.items() if k not in TRANSFER_JOB_KEYS}
+        run.transfer = {k: v for k, v in tr.items() if k not in GRID_KEYS}
         _check_sizes(run.sizes, f"{where}.transfer", run.transfer.get("max_n"))
         try:
             check_transfer(run.transfer)  # its messages already start with "transfer."

@@ -23,6 +23,8 @@ from .methods import method_names
 DOWNSTREAM = ("transfer", "negative_control")
 SELECTIONS = ("fixed", "cv")
 DEFAULT_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+# Keys of a transfer section that plan the jobs (which methods, groups and sizes), not their settings.
+GRID_KEYS = ("enabled", "methods", "sizes", "method_groups")
 # The schema's defaults of the transfer section (the rest below have none there: their absence from
 # a spec file is part of its hash, so a default added to the schema would rename every transfer spec).
 _SCHEMA = {k: p["default"] for k, p in study_schema()["$defs"]["transfer"]["properties"].items() if "default" in p}
@@ -49,7 +51,7 @@ class TransferSpec:
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> TransferSpec:
         """The spec of a checked transfer section (check_transfer at parse time; a job trusts its spec file)."""
-        raw = dict(raw or {})
+        raw = {k: v for k, v in (raw or {}).items() if k not in GRID_KEYS}
         for key in ("downstream", "control_methods"):
             if raw.get(key) is not None:
                 raw[key] = tuple(raw[key])
