@@ -101,8 +101,10 @@ def test_tiny_study_end_to_end(tmp_path):
         "train_accuracy",
         "fit_seconds",
         "status",
-        "hyperparameters",
+        "selection",
     } <= set(tr.columns)
+    assert {"p_C", "p_eta_rel", "p_lr"} <= set(tr.columns)  # the chosen settings, as typed parameter columns
+    assert tr["p_C"].dtype == "float64" and tr.loc[tr["method"] == "logreg", "p_C"].notna().all()
     summary = pd.read_parquet(tables / "summary.parquet")
     assert {"method", "n", "mean_test_accuracy", "ci_low", "ci_high", "n_seeds_ok"} <= set(summary.columns)
     assert (summary["ci_low"] <= summary["mean_test_accuracy"] + 1e-12).all()
