@@ -15,10 +15,9 @@ one recording (``metrics``) and one attention checkpoint (``mean_attention``). A
 Image tasks are measured as a synthetic task of the same shape and sampling (the kernel is the same;
 their draw is a gather of stored images). Transfer jobs are not included.
 
-GPU-hours are an estimate, not a measurement (no GPU was available): per seed and step the larger of
-a launch-bound floor (LAUNCHES_PER_SEED_STEP kernel launches at LAUNCH_US each, counted from the
-fast path's operator count) and the kernel's FLOP model (``fastpath.kernel_flops``) at GPU_EFFICIENCY
-of an H200-class GPU's peak (GPU_PEAK_GFLOPS); benchmarks/gpu_check.py measures the real figure.
+GPU-hours are an estimate, not a measurement: the study's one GPU-time model (``groupsparse.costs``:
+``pretrain_cost(..., device="cuda")``, the figure Slurm requests are sized from, GPU_ASSUMPTIONS);
+benchmarks/gpu_check.py measures the real figure.
 """
 
 from __future__ import annotations
@@ -30,10 +29,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAUNCHES_PER_SEED_STEP = 90  # fast path on a GPU: draw ~8, kernel ~70 (einsum contractions), descent ~8
-LAUNCH_US = 10.0  # per launch, with Python dispatch
-GPU_PEAK_GFLOPS = {"float32": 60e3, "float64": 60e3}  # H100/H200 class: ~67 TFLOP/s FP32 and FP64 (tensor core)
-GPU_EFFICIENCY = 0.2
 
 
 def measure(torch, spec, repeats: int) -> dict[str, float]:
@@ -73,8 +68,8 @@ def synthetic_twin(spec_dict: dict) -> dict:
 def config_hours(torch, path: Path, repeats: int, cache: dict) -> list[dict]:
     import yaml
 
+    from groupsparse import costs
     from groupsparse.config.specs import RunSpec
-    from groupsparse.model.fastpath import kernel_flops
     from groupsparse.study.runs import expand
     from groupsparse.training.pretrain import attention_steps, record_steps
 
@@ -98,12 +93,7 @@ def config_hours(torch, path: Path, repeats: int, cache: dict) -> list[dict]:
         )
         seeds = len(run.seeds)
         cpu_s = seeds * (p.steps * c["step"] + n_rec * c["record"] + n_att * c["attention"])
-        per_seed_step = max(
-            LAUNCHES_PER_SEED_STEP * LAUNCH_US * 1e-6,
-            kernel_flops(p.batch, ts.D, ts.d, p.sampling == "antithetic")
-            / (GPU_EFFICIENCY * GPU_PEAK_GFLOPS[spec.dtype] * 1e9),
-        )
-        gpu_s = seeds * p.steps * per_seed_step
+        gpu_s = costs.pretrain_cost(run.spec, seeds, device="cuda").wall_s  # the cost model's GPU estimate
         rows.append(
             {
                 "config": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),

@@ -146,7 +146,7 @@ def run_entry(point: dict) -> tuple[object, dict]:
     """The study's own Run for this point (expanded exactly as the Snakefile would)."""
     pre = point if point["job"] == "pretrain" else BY_NAME[point["from"]]
     methods = GROUPS[point["group"]] if point["job"] == "transfer" else None
-    methods = methods or list(costs.TRANSFER_METHODS)
+    methods = methods or list(costs.measured_methods())
     config = {
         "study_seed": 20250411,
         "device": "cpu",

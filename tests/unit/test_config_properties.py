@@ -191,10 +191,11 @@ def test_every_planned_job_spec_is_accepted_by_its_job(configfile, tmp_path):
     """What the Snakefile plans, the jobs accept: each run's spec (as the job reads it from its file)
     passes the job's own check (a digits spec whose classes became strings was refused in the job)."""
     from groupsparse.config.specs import RunSpec
-    from groupsparse.transfer.spec import TransferSpec
+    from groupsparse.transfer.spec import TransferSpec, check_transfer
 
     cfg = yaml.safe_load((REPO / configfile).read_text())
     for run in preflight.check_study(cfg, SCHEMA, results=str(tmp_path / "r")).values():
         RunSpec.from_dict(json.loads(run.spec_json))
         if run.transfer is not None:
+            check_transfer(json.loads(run.transfer_json())["transfer"])
             TransferSpec.from_dict(json.loads(run.transfer_json())["transfer"])

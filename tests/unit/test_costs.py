@@ -121,29 +121,26 @@ def test_import_is_torch_and_numpy_free():
 
 
 def test_torch_free_copies_agree_with_the_real_code():
+    """The recording grid is counted without numpy; the transfer methods have no copy any more (each
+    method module declares its own work and coefficients, read by costs and the runner alike)."""
     from groupsparse.training.pretrain import attention_steps, record_steps
-    from groupsparse.transfer.methods import net_steps
-    from groupsparse.transfer.spec import DEFAULT_GRIDS, DEFAULT_HYPERPARAMETERS, METHODS
+    from groupsparse.transfer.methods import method_names
 
-    assert set(METHODS) == set(costs.TRANSFER_METHODS) | set(costs.COEFFICIENTS_OF)
-    for method, hp in costs.DEFAULT_FIT.items():
-        assert {k: DEFAULT_HYPERPARAMETERS[method][k] for k in hp} == hp
-    for method, grid in DEFAULT_GRIDS.items():
-        assert math.prod(len(v) for v in grid.values()) == costs.DEFAULT_GRID_SIZE[method]
+    fitted = costs.coefficients()["transfer_fit"]
+    assert set(costs.measured_methods()) == set(fitted)
+    assert {costs.coefficients_of(m) for m in method_names()} <= set(fitted)
     for steps, every, att in [(60, 20, 3), (3000, 50, 6), (40000, 100, 6), (100, 100, 8), (1, 1, 1)]:
         assert costs.record_count(steps, every, att) == len(record_steps(steps, every)) + len(
             attention_steps(steps, att)
         )
-    for n in (2, 8, 64, 100, 4096, 65536):
-        assert costs._net_steps(n, costs.DEFAULT_FIT["mlp"]) == net_steps(n, DEFAULT_HYPERPARAMETERS["mlp"])
 
 
 def test_cv_multiplies_the_fits():
     """The fits the transfer spec's own rule performs: k folds below cv_large_n (k <= n // 2), one
     holdout split from it on, every grid point on each, then the refit on all n."""
-    from groupsparse.transfer.spec import DEFAULT_GRIDS
+    from groupsparse.transfer.methods import method
 
-    points = math.prod(len(v) for v in DEFAULT_GRIDS["logreg"].values())
+    points = math.prod(len(v) for v in method("logreg").grid.values())
     fixed = costs.transfer_fits({"test_size": 100, "selection": "fixed"}, ["logreg"], [4, 64, 256])
     cv = costs.transfer_fits({"test_size": 100, "selection": "cv", "cv_folds": 3}, ["logreg"], [4, 64, 256])
     assert len(fixed) == 2 * 3

@@ -1,4 +1,5 @@
-"""The package's layout: no import circle, no command importing cli, no module over ~400 lines."""
+"""The package's layout: layers (no import from a lower layer to a higher one), no import circle, no
+command importing cli, no module over ~400 lines, and the README's layout map matching the tree."""
 
 from __future__ import annotations
 
@@ -71,6 +72,59 @@ def test_no_import_circle():
     assert cycles(import_graph()) == []
 
 
+# The layers, lowest first: a package may import its own layer and those before it, never one after.
+# Settings and files at the bottom; the data, the model and its training above them; the transfer
+# comparison and its costs above training; the study's run table and parse-time checks above the
+# costs they consult; then analysis of the tables, the figures, the CLI commands and the CLI itself.
+LAYERS = (
+    ("config",),
+    ("io",),
+    ("data",),
+    ("model",),
+    ("training",),
+    ("transfer",),
+    ("costs",),
+    ("study",),
+    ("analysis",),
+    ("figures",),
+    ("commands",),
+    ("cli",),
+)
+
+
+def layer_of(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module}: its package {top!r} is in no layer of LAYERS; add it there")
+
+
+def test_every_package_has_a_layer():
+    tops = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()} | {"cli"}
+    assert tops == {name for names in LAYERS for name in names}
+
+
+def test_no_import_runs_up_a_layer():
+    graph = import_graph()
+    upward = sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        if a != "groupsparse"
+        for b in targets
+        if b != "groupsparse" and layer_of(b) > layer_of(a)
+    )
+    assert upward == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+    """The check above can fail: an arrow from config to cli is found."""
+    graph = import_graph()
+    graph["groupsparse.config.schema"] = graph["groupsparse.config.schema"] | {"groupsparse.cli"}
+    assert any(layer_of(b) > layer_of("groupsparse.config.schema") for b in graph["groupsparse.config.schema"])
+    assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]
+
+
 def test_commands_never_import_cli():
     graph = import_graph()
     assert not [m for m in graph if m.startswith("groupsparse.commands") and "groupsparse.cli" in graph[m]]
@@ -98,3 +152,18 @@ def test_every_test_file_the_docs_and_scripts_name_exists():
         for m in re.findall(r"tests/[\w/]+\.py", src.read_text())
     }
     assert [(src, path) for src, path in sorted(named) if not (repo / path).is_file()] == []
+
+
+def test_the_readme_layout_map_names_every_package_folder_and_only_real_paths():
+    """The lines between the README's layout markers name each package folder under src/groupsparse
+    (one line each, like "- `src/groupsparse/config/`: ...") and no path that does not exist."""
+    text = (REPO / "README.md").read_text()
+    start, end = "<!-- layout:start -->", "<!-- layout:end -->"
+    assert start in text and end in text, f"README.md has no layout map between {start} and {end}"
+    block = text.split(start, 1)[1].split(end, 1)[0]
+    named = set(re.findall(r"`([\w./-]+)`", block))
+    missing_paths = sorted(p for p in named if "/" in p and not (REPO / p).exists())
+    assert missing_paths == [], f"the layout map names paths that do not exist: {missing_paths}"
+    folders = {f"src/groupsparse/{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    listed = {p if p.endswith("/") else p + "/" for p in named if p.startswith("src/groupsparse/")}
+    assert sorted(folders - listed) == [], "package folders the layout map does not name"

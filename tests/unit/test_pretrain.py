@@ -202,20 +202,9 @@ def test_cli_writes_typed_tables_with_provenance(tmp_path, capsys):
     types = {name: schema.field(name).type for name in schema.names}
     for col in ("seed", "step", "j_star", "d", "D", "diverged_step"):
         assert types[col] == pa.int64(), col
-    for col in (
-        "train_loss",
-        "eval_loss",
-        "eval_accuracy",
-        "attention_on_relevant",
-        "cos_v1_vstar",
-        "v1_norm",
-        "v2_norm",
-        "W_ff_norm",
-        "W_fp_norm",
-        "W_pf_norm",
-        "W_pp_norm",
-        "last_finite_loss",
-    ):
+    from groupsparse.io.tables import FINAL_METRICS
+
+    for col in ("train_loss", *FINAL_METRICS, "last_finite_loss"):
         assert types[col] == pa.float64(), col
     for col in ("task_name", "status"):  # pandas 3 writes large_string
         assert pa.types.is_string(types[col]) or pa.types.is_large_string(types[col]), col

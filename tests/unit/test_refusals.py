@@ -316,6 +316,36 @@ def test_a_writer_killed_mid_write_leaves_the_earlier_file_intact(tmp_path):
     assert io.read_provenance(target)["config_hash"] == "old"
     partial = list(tmp_path.glob(".table.parquet.*.tmp"))
     assert len(partial) == 1  # the killed write's temporary file, never at the declared path
+    # the next run of the job (a new process) removes the leftover when it writes the table again
+    rewrite = "import sys, pandas as pd; from groupsparse.io import files as io; "
+    rewrite += "io.write_parquet(pd.DataFrame({'x': [4]}), sys.argv[1], {'config_hash': 'again'})"
+    res = subprocess.run([sys.executable, "-c", rewrite, str(target)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert list(tmp_path.glob(".table.parquet.*.tmp")) == []
+    assert io.read_provenance(target)["config_hash"] == "again"
+
+
+def test_a_live_writers_temporary_file_is_left_alone(tmp_path):
+    """Only files last written before this process started are leftovers: one written now is not."""
+    live = tmp_path / ".table.parquet.abc.tmp"
+    live.write_text("being written")
+    assert io.remove_leftovers(tmp_path / "table.parquet") == [] and live.exists()
+
+
+def test_a_cuda_job_without_a_gpu_is_one_line_naming_the_device_setting(monkeypatch, capsys, tmp_path):
+    import torch
+
+    from groupsparse.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    spec = _small_spec().to_dict() | {"device": "cuda"}
+    args = ["pretrain", "--spec", json.dumps(spec), "--seeds", "0-0", "--checkpoint", str(tmp_path / "c.safetensors")]
+    args += ["--trajectory", str(tmp_path / "t.parquet"), "--attention", str(tmp_path / "a.parquet")]
+    code = main(args)
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and "\n" not in err, err
+    assert err.startswith("groupsparse pretrain: bad setting: device: 'cuda'") and "device: cpu" in err, err
+    assert "internal error" not in err and not (tmp_path / "c.safetensors").exists()
 
 
 def test_thread_count_changes_no_number():

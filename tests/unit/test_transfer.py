@@ -15,9 +15,8 @@ from groupsparse.cli import EXIT_CONFIG, EXIT_INPUT, main
 from groupsparse.config.specs import ConfigError, RunSpec
 from groupsparse.io import files as io
 from groupsparse.training.pretrain import Trainer, checkpoint_payload
-from groupsparse.transfer import METHODS, TransferSpec
-from groupsparse.transfer.methods import METHODS as REGISTRY
-from groupsparse.transfer.methods import encoder_layer
+from groupsparse.transfer import TransferSpec, check_transfer, method_names
+from groupsparse.transfer.baselines import encoder_layer
 from groupsparse.transfer.runner import COLUMNS, STATUSES, run_transfer
 from groupsparse.transfer.tasks import draw, heldout_generator, make_downstream_tasks, pretrain_task, train_generator
 
@@ -57,9 +56,21 @@ def _run(checkpoint, methods, sizes, **transfer):
     ).table
 
 
+METHODS = method_names()
+
+
+def _hp(row) -> dict:
+    """A row's fitted settings (its p_* columns, empty ones left out) and how they were chosen."""
+    hp = {k[2:]: v for k, v in row.items() if k.startswith("p_") and not (v is None or v is pd.NA or v != v)}
+    edge = row.get("hp_edge") or ""
+    at_edge = edge.split(",") if edge else []
+    return hp | {"rule": row["selection"], "cv_accuracy": row["cv_accuracy"], "at_edge": at_edge}
+
+
 def _comparable(df: pd.DataFrame) -> pd.DataFrame:
     keys = ["downstream", "seed", "method", "n"]
-    return df.drop(columns=list(io.TIMING_COLUMNS), errors="ignore").sort_values(keys).reset_index(drop=True)
+    df = df.drop(columns=list(io.TIMING_COLUMNS), errors="ignore")
+    return df[sorted(df.columns)].sort_values(keys).reset_index(drop=True)  # p_* columns: in order of appearance
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +83,16 @@ def moderate(checkpoint):
 
 
 def test_table_schema_and_one_row_per_cell(moderate):
-    assert list(moderate.columns) == COLUMNS
+    assert list(moderate.columns[: len(COLUMNS)]) == COLUMNS
+    assert all(c.startswith("p_") for c in moderate.columns[len(COLUMNS) :])
+    assert moderate["p_max_iter"].dtype == "Int64" and moderate["p_C"].dtype == "float64"
+    assert moderate["p_solver"].dtype == "string"
     assert len(moderate) == 2 * len(SEEDS) * len(METHODS)
     assert not moderate.duplicated(["task_name", "downstream", "seed", "method", "n"]).any()
     assert set(moderate["status"]) <= set(STATUSES)
     assert (moderate[["d", "D"]] == 4).all().all()
-    for method, text in zip(moderate["method"], moderate["hyperparameters"]):
-        hp = json.loads(text)
+    for _, row in moderate.iterrows():
+        method, hp = row["method"], _hp(row)
         assert hp["rule"] == "fixed"
         if method == "group_lasso":  # the data-dependent penalty actually used is recorded
             assert hp["alpha"] > 0 and 0 <= hp["groups_selected"] <= 4
@@ -108,7 +122,7 @@ def test_a_fresh_read_out_on_the_pretrained_attention_learns_fast(checkpoint):
         hyperparameters={"pretrained_frozen_W": {"v_start": "zero"}},
     )
     assert table["test_accuracy"].mean() > 0.8
-    assert json.loads(table["hyperparameters"].iloc[0])["v_start"] == "zero"
+    assert table["p_v_start"].iloc[0] == "zero"
 
 
 def test_frozen_attention_is_useless_when_j_star_moves(moderate):
@@ -165,7 +179,7 @@ def test_control_methods_limit_the_negative_control_and_change_no_other_row(chec
     kept = every[(every["downstream"] == "transfer") | (every["method"] != "mlp")]
     pd.testing.assert_frame_equal(_comparable(kept), _comparable(limited))
     with pytest.raises(ConfigError, match="control_methods"):
-        TransferSpec.from_dict({"control_methods": ["ridge"]})
+        check_transfer({"control_methods": ["ridge"]})
 
 
 def test_downstream_tasks_share_the_pattern_and_change_the_direction():
@@ -199,7 +213,7 @@ def test_cross_validation_picks_from_the_grid(checkpoint):
         downstream=["transfer"],
     )
     for _, row in table.iterrows():
-        hp = json.loads(row["hyperparameters"])
+        hp = _hp(row)
         if row["n"] == 3:  # fewer than 2 samples per fold: the fixed defaults
             assert hp["rule"].startswith("fixed")
         else:
@@ -226,7 +240,7 @@ def test_a_seed_whose_pretraining_diverged_is_skipped_not_fatal(checkpoint, tmp_
 
 def test_fine_tuning_gradient_closed_form_equals_autograd():
     from groupsparse.model.transformer import embed
-    from groupsparse.transfer.methods import _sgd_grads
+    from groupsparse.transfer.paper_model import _sgd_grads
 
     spec = RunSpec.from_dict(RUN)
     gen = torch.Generator().manual_seed(4)
@@ -295,11 +309,30 @@ def test_std_transformer_layer_is_torch_encoder_layer():
         torch.testing.assert_close(encoder_layer(p, "l", x[None], heads)[0], layer(x), rtol=1e-10, atol=1e-10)
 
 
-def test_registry_matches_the_torch_free_method_list():
-    assert tuple(REGISTRY) == METHODS
-    code = "import sys; import groupsparse.transfer as t; t.TransferSpec.from_dict({}); print('torch' in sys.modules)"
+def test_the_method_registry_is_read_without_importing_torch():
+    """The Snakefile reads the registry at parse time: listing the method modules, their grids and
+    their costs imports no torch (each fit imports it when called)."""
+    code = (
+        "import sys; import groupsparse.transfer as t; from groupsparse import costs; "
+        "from groupsparse.transfer.methods import registry; ms = registry(); "
+        "[m.work(8, 8, 1, 3, 4, 7) for m in ms.values()]; t.TransferSpec.from_dict({}); "
+        "print(len(ms), 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "False", out.stderr
+    assert out.stdout.split() == [str(len(METHODS)), "False"], out.stderr
+
+
+def test_the_registry_lists_each_method_module_once_with_its_declarations():
+    from groupsparse.transfer.methods import method, names_where
+
+    assert len(METHODS) == len(set(METHODS)) == 10
+    assert names_where(family="pretrained") == tuple(m for m in METHODS if m.startswith("pretrained"))
+    assert names_where(theory=True) == ("pretrained_finetune", "pretrained_frozen_W")
+    assert names_where(library="skglm") == ("group_lasso",)
+    for name in METHODS:
+        info = method(name)
+        assert info.costs_like in METHODS and method(info.costs_like).costs_like == info.costs_like
+        assert set(info.grid) <= set(info.defaults), name  # CV tunes declared settings only
 
 
 # -- refusals ------------------------------------------------------------------------------
@@ -320,7 +353,7 @@ def test_registry_matches_the_torch_free_method_list():
 )
 def test_bad_settings_name_their_key(raw, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        TransferSpec.from_dict(raw)
+        check_transfer(raw)
 
 
 def _cli(checkpoint, out, run=RUN, methods="logreg", sizes="8,16", transfer=SMALL):
@@ -349,7 +382,14 @@ def test_cli_writes_the_table_with_provenance(checkpoint, tmp_path):
     assert _cli(checkpoint, out, transfer=SMALL | {"downstream": ["transfer"]}) == 0
     table = io.read_parquet(out)
     # the command adds the run's role and variant
-    assert len(table) == 2 * len(SEEDS) and list(table.columns) == [COLUMNS[0], "role", "variant", *COLUMNS[1:]]
+    assert len(table) == 2 * len(SEEDS) and list(table.columns) == [
+        COLUMNS[0],
+        "role",
+        "variant",
+        *COLUMNS[1:],
+        "p_C",
+        "p_max_iter",
+    ]
     prov = io.read_provenance(out)
     assert prov["run_science_hash"] == RunSpec.from_dict(RUN).science_hash() and prov["sizes"] == [8, 16]
 
@@ -390,15 +430,16 @@ def test_cv_defaults_and_the_schema_agree():
 
 
 def test_grids_are_wide_logarithmic_and_sgd_steps_are_scale_free():
-    from groupsparse.transfer.spec import DEFAULT_GRIDS, ONLINE_METHODS
+    from groupsparse.transfer.methods import method
 
-    for method in METHODS:
-        for name, values in DEFAULT_GRIDS[method].items():
-            assert values == sorted(values) and len(values) >= 3, (method, name)
+    for name_ in METHODS:
+        info = method(name_)
+        for name, values in info.grid.items():
+            assert values == sorted(values) and len(values) >= 3, (name_, name)
             decades = np.log10(values[-1] / values[0])
-            assert decades >= (4 if method in ONLINE_METHODS else 2), (method, name, decades)
-    for method in ONLINE_METHODS:
-        assert list(DEFAULT_GRIDS[method]) == ["eta_rel"]
+            assert decades >= (4 if info.online else 2), (name_, name, decades)
+        if info.online:
+            assert list(info.grid) == ["eta_rel"]
 
 
 def test_folds_are_stratified_equal_sized_and_hashed():
@@ -421,7 +462,7 @@ def test_folds_are_stratified_equal_sized_and_hashed():
 def _fake_logreg(peak_exponent):
     """A 'method' whose validation accuracy falls with |log10 C - peak_exponent|: f = x0 + a x1 with
     a = |log10 C - peak|, labels y = sign(x0) (the data below), so accuracy = P(sign(x0 + a x1) = sign(x0))."""
-    from groupsparse.transfer.methods import FitOutput
+    from groupsparse.transfer.fitting import FitOutput
 
     def fit(ctx, X, y, evals, hps, gens, start=None, online=None):
         a = torch.tensor([abs(np.log10(hp["C"]) - peak_exponent) for hp in hps], dtype=torch.float64)[:, None]
@@ -432,12 +473,12 @@ def _fake_logreg(peak_exponent):
 
 @pytest.mark.parametrize("peak, best, edge", [(0.0, 1.0, []), (4.0, 1e4, ["C"]), (-6.0, 1e-4, ["C"])])
 def test_cross_validation_finds_the_known_optimum_and_flags_an_edge(monkeypatch, peak, best, edge):
-    from dataclasses import replace
 
     from groupsparse.transfer import runner
-    from groupsparse.transfer.methods import Context
+    from groupsparse.transfer.fitting import Context
+    from groupsparse.transfer.methods import logreg
 
-    monkeypatch.setitem(runner.METHODS, "logreg", replace(REGISTRY["logreg"], fit=_fake_logreg(peak)))
+    monkeypatch.setattr(logreg, "fit", _fake_logreg(peak))
     gen = torch.Generator().manual_seed(0)
     X = torch.randn(2, 120, 3, 3, generator=gen, dtype=torch.float64)
     y = torch.sign(X[:, :, 0, 0])
@@ -455,17 +496,17 @@ def test_cv_rows_record_choice_rule_and_edge_and_rerun_identically(checkpoint):
     table = _run(checkpoint, methods, [3, 24, 200], selection="cv", downstream=["transfer"])
     again = _run(checkpoint, methods, [3, 24, 200], selection="cv", downstream=["transfer"])
     pd.testing.assert_frame_equal(_comparable(table), _comparable(again), check_exact=True)
-    from groupsparse.transfer.spec import DEFAULT_GRIDS
+    from groupsparse.transfer.methods import method
 
     assert (table["status"] == "ok").all()
     for _, row in table.iterrows():
-        hp = json.loads(row["hyperparameters"])
+        hp = _hp(row)
         assert row["selection"] == hp["rule"]
         if row["n"] == 3:
             assert hp["rule"].startswith("fixed") and not row["hp_at_edge"]
             continue
         assert hp["rule"] == ("cv (3 folds)" if row["n"] == 24 else "holdout (1/2 of n)")
-        ((name, grid),) = DEFAULT_GRIDS[row["method"]].items()
+        ((name, grid),) = method(row["method"]).grid.items()
         assert hp[name] in grid
         assert row["hp_at_edge"] == (hp[name] in (grid[0], grid[-1])) == bool(hp["at_edge"])
         if name == "eta_rel":  # the step actually used: eta_rel / mean |u|^2 over the n samples
@@ -492,7 +533,7 @@ def test_probe_equals_scikit_learn_on_the_pretrained_features(checkpoint):
     spec, seed, n = RunSpec.from_dict(RUN), SEEDS[2], 64
     table = _run(checkpoint, ["pretrained_probe"], [n], selection="cv", downstream=["transfer"])
     row = table[table.seed == seed].iloc[0]
-    C = json.loads(row["hyperparameters"])["C"]
+    C = row["p_C"]
     tensors, _ = io.load_checkpoint(checkpoint)
     params = {
         k[len("param.") :]: t[SEEDS.index(seed)][None].to(torch.float64)
@@ -517,7 +558,7 @@ def test_probe_equals_scikit_learn_on_the_pretrained_features(checkpoint):
 
 
 def test_average_online_error_interpolates_linearly_and_is_exact_on_every_iterate():
-    from groupsparse.transfer.methods import average_online_error, online_iterates
+    from groupsparse.transfer.paper_model import average_online_error, online_iterates
 
     assert online_iterates(10, 64) == list(range(10))
     ts = online_iterates(5000, 40)
@@ -567,7 +608,7 @@ def test_online_error_equals_a_direct_loop(checkpoint, method, trainable, points
     }
     row = _run(checkpoint, [method], [n], **transfer)
     row = row[row.seed == seed].iloc[0]
-    hp = json.loads(row["hyperparameters"])
+    hp = _hp(row)
     tensors, _ = io.load_checkpoint(checkpoint)
     params = {
         k[len("param.") :]: t[SEEDS.index(seed)][None].to(torch.float64)
@@ -595,11 +636,7 @@ def test_both_fine_tuning_starts_are_separate_methods(checkpoint):
         [32],
         downstream=["transfer"],
     )
-    starts = {
-        m: json.loads(h)["v_start"]
-        for m, h in zip(table["method"], table["hyperparameters"])
-        if m.startswith("pretrained")
-    }
+    starts = {m: v for m, v in zip(table["method"], table["p_v_start"]) if m.startswith("pretrained")}
     assert starts == {
         "pretrained_finetune": "pretrained",
         "pretrained_finetune_v0": "zero",

@@ -163,6 +163,14 @@ BAD_CONFIGS = {
         setp("transfer", "hyperparameters", {"magic": {"lr": 0.1}}),
         ["transfer.hyperparameters.magic", "unknown method", "pretrained_finetune"],
     ),
+    "scaling_enabled_without_D_grid": (
+        setp("scaling", {"enabled": True}),
+        ["scaling.D_grid", "required key is missing when scaling.enabled is true"],
+    ),
+    "scaling_analysis_method_unknown_with_scaling_off": (
+        setp("scaling", {"enabled": False, "analysis": {"methods": ["magic"]}}),
+        ["scaling.analysis.methods[0]", "'magic'", "logreg"],
+    ),
     "cifar_path_empty": (lambda c, tmp: images_task(c), ["tasks.base.task.path", "cifar-10-batches-py"]),
     "cifar_path_a_file": (  # a missing folder is fetched (test_fetch.py); a file in its place is refused
         lambda c, tmp: images_task(c, path=str(_a_file(tmp / "not_a_folder"))),
@@ -277,6 +285,23 @@ def test_results_folder_that_is_a_file_fails_before_any_job(tmp_path):
     assert "the results folder is a file" in out and str(tmp_path / "results") in out, out[-2000:]
     assert not any(m in out for m in JOB_MARKERS), out[-2000:]
     assert (tmp_path / "results").read_text() == "a file where the results folder should be\n"
+
+
+@pytest.mark.parametrize("where", ["tables", "tables/summary.csv"])
+def test_a_study_path_of_the_wrong_type_fails_before_any_job_naming_it(where, tmp_path):
+    """results/<study>/tables as a file (a folder goes there), or a table's path as a folder."""
+    path = tmp_path / "results" / "tiny" / where
+    path.parent.mkdir(parents=True)
+    path.mkdir() if where.endswith(".csv") else path.write_text("in the way\n")
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(copy.deepcopy(TINY)))
+    res = snakemake(tmp_path, good)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    line = next(x for x in out.splitlines() if "cannot run the study" in x)
+    assert str(path) in line and ("but it is a file" in line or "but it is a folder" in line), line
+    assert not any(m in out for m in JOB_MARKERS), out[-2000:]
+    assert sorted(p.name for p in (tmp_path / "results" / "tiny").iterdir()) == ["tables"]
 
 
 def test_a_complete_cifar_folder_passes_the_parse_time_check(tmp_path):

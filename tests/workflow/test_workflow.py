@@ -78,30 +78,9 @@ def test_tiny_study_end_to_end(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     tables = tmp_path / "results/tiny" / "tables"
     traj = pd.read_parquet(tables / "pretrain_trajectories.parquet")
-    expected = {
-        "run",
-        "task_name",
-        "d",
-        "D",
-        "seed",
-        "j_star",
-        "step",
-        "train_loss",
-        "eval_loss",
-        "eval_accuracy",
-        "attention_on_relevant",
-        "cos_v1_vstar",
-        "v1_norm",
-        "v2_norm",
-        "W_ff_norm",
-        "W_fp_norm",
-        "W_pf_norm",
-        "W_pp_norm",
-        "status",
-        "diverged_step",
-        "last_finite_loss",
-        "wall_seconds",
-    }
+    from groupsparse.io.tables import FINAL_METRICS, REQUIRED_COLUMNS
+
+    expected = {*REQUIRED_COLUMNS["trajectory"], *FINAL_METRICS, "last_finite_loss", "wall_seconds"}
     assert expected <= set(traj.columns)
     assert traj["step"].dtype == "int64" and traj["eval_loss"].dtype == "float64"
     att = pd.read_parquet(tables / "pretrain_attention.parquet")
@@ -122,8 +101,10 @@ def test_tiny_study_end_to_end(tmp_path):
         "train_accuracy",
         "fit_seconds",
         "status",
-        "hyperparameters",
+        "selection",
     } <= set(tr.columns)
+    assert {"p_C", "p_eta_rel", "p_lr"} <= set(tr.columns)  # the chosen settings, as typed parameter columns
+    assert tr["p_C"].dtype == "float64" and tr.loc[tr["method"] == "logreg", "p_C"].notna().all()
     summary = pd.read_parquet(tables / "summary.parquet")
     assert {"method", "n", "mean_test_accuracy", "ci_low", "ci_high", "n_seeds_ok"} <= set(summary.columns)
     assert (summary["ci_low"] <= summary["mean_test_accuracy"] + 1e-12).all()

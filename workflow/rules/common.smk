@@ -14,7 +14,8 @@ from groupsparse import costs  # noqa: E402  (torch-free
 from groupsparse.costs import calibrate  # torch-free: its probe runs in a subprocess
 from groupsparse.io import files as io
 from groupsparse.io import report as report_text
-from groupsparse.study import preflight
+from groupsparse.io import tables as names
+from groupsparse.study import outputs, preflight
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
@@ -50,7 +51,6 @@ def transfer_spec_file(run):
     )
 
 
-STUDY_FILE = str(io.content_file(f"{R}/specs", "study", STUDY_JSON))
 CHUNK = r"\d+-\d+"
 
 
@@ -60,12 +60,13 @@ wildcard_constraints:
     group="[A-Za-z][A-Za-z0-9_]*",
 
 
-JOBS = config.get("jobs", {})
-PRETRAIN_THREADS = JOBS.get("pretrain_threads", 1)
-TRANSFER_THREADS = JOBS.get("transfer_threads", 1)
+# settings with the schema's defaults filled in (preflight.check_study above)
+JOBS = config["jobs"]
+PRETRAIN_THREADS = JOBS["pretrain_threads"]
+TRANSFER_THREADS = JOBS["transfer_threads"]
 # steps between a pretraining job's saved resume states (the numbers do not depend on it)
-PRETRAIN_RESUME_EVERY = JOBS.get("pretrain_resume_every", 500)
-GPU = 1 if config.get("device") == "cuda" else 0
+PRETRAIN_RESUME_EVERY = JOBS["pretrain_resume_every"]
+GPU = costs.gpus_per_job(config["device"])
 
 
 def pretrain_prefix(run, chunk):
@@ -102,9 +103,12 @@ def all_transfer_tables():
     ]
 
 
-FIGURES_PER_RUN = ["pretrain_curves", "attention_heatmaps", "parameters"]
-TRANSFER_TABLES = ["transfer.parquet", "summary.parquet", "sample_complexity.parquet"]
-TRANSFER_TABLES_CSV = ["summary.csv", "sample_complexity.csv"]
+# output names: the one registry in groupsparse.io.tables
+FIGURES_PER_RUN = list(names.RUN_FIGURES)
+TRANSFER_TABLES = [f"{t}.parquet" for t in names.TRANSFER_TABLES]
+TRANSFER_TABLES_CSV = [
+    f"{t}.csv" for t in names.TRANSFER_TABLES if t in names.CSV_TABLES
+]
 
 
 def transfer_table_outputs():
@@ -122,12 +126,12 @@ def as_report_table(path):
 
 
 def run_figure_names(run):
-    names = list(FIGURES_PER_RUN)
+    stems = list(FIGURES_PER_RUN)
     if RUNS[run].transfer is not None:
-        names.append("transfer_accuracy")
-    if RUNS[run].spec["task"].get("kind") == "images":
-        names += ["image_attention", "image_examples"]
-    return names
+        stems.append(names.TRANSFER_FIGURE)
+    if RUNS[run].spec["task"]["kind"] == "images":
+        stems += names.IMAGE_FIGURES
+    return stems
 
 
 def figure_runs():
@@ -141,7 +145,7 @@ def figure_files():
         f"{R}/figures/{r}/{name}.{ext}"
         for r in figure_runs()
         for name in run_figure_names(r)
-        for ext in ("png", "pdf")
+        for ext in names.FIGURE_FORMATS
     ]
 
 
@@ -198,8 +202,8 @@ def check_report_captions():
 
 # A job's memory request never exceeds jobs.max_mem_mb: the prediction itself fits (preflight
 # refused the study otherwise); only the safety margin is trimmed.
-MAX_MEM_MB = JOBS.get("max_mem_mb")
-MAX_RUNTIME_MIN = JOBS.get("max_runtime_min")
+MAX_MEM_MB = JOBS["max_mem_mb"]
+MAX_RUNTIME_MIN = JOBS["max_runtime_min"]
 
 
 def pretrain_resources(wildcards):
@@ -322,23 +326,8 @@ def prediction_inputs(wildcards):
     ]
 
 
-SCALING_FIGURES = [
-    "convergence_time",
-    "convergence_thresholds",
-    "out_of_sample",
-    "attention_concentration",
-    "sample_complexity",
-    "online_error",
-    "ablations",
-]
-SCALING_TABLES = [
-    "claims",
-    "predictions",
-    "scaling_fits",
-    "ablations",
-    "scaling_points",
-    "scaling_crossings",
-]
+SCALING_FIGURES = list(names.SCALING_FIGURES)
+SCALING_TABLES = list(names.SCALING_TABLES)
 
 
 def scaling_enabled():
@@ -350,10 +339,59 @@ def scaling_outputs():
         return []
     return (
         [f"{R}/tables/{t}.parquet" for t in SCALING_TABLES]
-        + [f"{R}/tables/claims.csv", f"{R}/tables/predictions.csv"]
+        + [f"{R}/tables/{t}.csv" for t in SCALING_TABLES if t in names.CSV_TABLES]
         + [
             f"{R}/figures/scaling/{f}.{ext}"
             for f in SCALING_FIGURES
-            for ext in ("png", "pdf")
+            for ext in names.FIGURE_FORMATS
         ]
     )
+
+
+# --- every path the study writes: absent or of the right type, checked before anything is written
+
+
+def written_files():
+    """The files the study writes (spec files, per-job outputs, logs, benchmarks, tables, figures)."""
+    files = [io.content_path(f"{R}/specs", "study", STUDY_JSON)]
+    for r, run in RUNS.items():
+        files.append(io.content_path(f"{R}/specs", f"{r}.pretrain", run.spec_json))
+        if run.transfer is not None:
+            files.append(
+                io.content_path(f"{R}/specs", f"{r}.transfer", run.transfer_json())
+            )
+        for c in run.chunks:
+            files += [
+                checkpoint_path(r, c),
+                f"{pretrain_prefix(r, c)}.trajectory.parquet",
+                f"{pretrain_prefix(r, c)}.attention.parquet",
+            ]
+            files += [
+                f"{R}/logs/pretrain/{r}/seeds{c}.log",
+                f"{R}/benchmarks/pretrain/{r}/seeds{c}.tsv",
+            ]
+            for g in run.method_groups if run.transfer is not None else []:
+                files += [
+                    f"{R}/transfer/{r}/seeds{c}/{g}.parquet",
+                    f"{R}/logs/transfer/{r}/seeds{c}/{g}.log",
+                    f"{R}/benchmarks/transfer/{r}/seeds{c}/{g}.tsv",
+                ]
+    tables = [
+        "pretrain_trajectories.parquet",
+        "pretrain_attention.parquet",
+        "pretrain_summary.parquet",
+        "pretrain_summary.csv",
+        ".inputs_checked",
+    ]
+    files += [f"{R}/tables/{t}" for t in tables] + [f"{R}/provenance.json"]
+    files += [
+        f"{R}/{kind}/{job}"
+        for kind, job in (("logs", "aggregate.log"), ("benchmarks", "aggregate.tsv"))
+    ]
+    return files + figure_files() + transfer_table_files() + scaling_outputs()
+
+
+_problem = outputs.wrong_type_problem(R, written_files())
+if _problem:
+    raise WorkflowError(f"cannot run the study: {_problem}")
+STUDY_FILE = str(io.content_file(f"{R}/specs", "study", STUDY_JSON))

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..io.files import InputError
+from ..transfer.methods import names_where
 
 TRAJECTORY_COLUMNS = (
     "run",
@@ -28,7 +29,7 @@ ROLES = ("task", "scaling", "ablation")
 PRETRAINED_METHOD = "pretrained_finetune"
 # both pretrained variants are held to the theory's d + D (the paper fine-tunes by SGD; with W
 # frozen only v adapts, which is what the theory's downstream analysis needs to move)
-PRETRAINED_METHODS = ("pretrained_finetune", "pretrained_frozen_W")
+PRETRAINED_METHODS = names_where(theory=True)  # the method modules that declare THEORY = True
 BASELINE_METHOD = "logreg"
 
 

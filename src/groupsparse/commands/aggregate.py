@@ -21,13 +21,17 @@ def _concat(paths, kind):
     import pandas as pd
 
     from ..io import files as io
-    from ..io.tables import check_columns
+    from ..io.tables import PARAMETER_PREFIX, check_columns
 
     frames = []
     for path in paths:
         frames.append(io.read_parquet(path))
         check_columns(frames[-1], kind, path)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    params = sorted(c for c in table.columns if c.startswith(PARAMETER_PREFIX))  # jobs' p_* columns differ
+    return table[[c for c in table.columns if c not in params] + params]
 
 
 def _run_specs(paths) -> dict:

@@ -1,17 +1,16 @@
 """`groupsparse estimate`: how long a planned study takes, from the fitted cost model.
 
-Expands the study exactly as the Snakefile does (schema defaults filled, then
-groupsparse.study.runs.expand) and prints, per rule and run, the job count, the predicted CPU
-time, wall time and memory per job, the scheduler request (with the safety margins of
-groupsparse.costs), and the totals. Nothing is run; torch is not imported.
+Expands the study exactly as the Snakefile does (study.preflight.check_study: the schema, its
+defaults, the cross-field and reference checks, then groupsparse.study.runs.expand) and prints,
+per rule and run, the job count, the predicted CPU time, wall time and memory per job, the
+scheduler request (with the safety margins of groupsparse.costs), and the totals. Nothing is
+run; torch is not imported.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def register(sub) -> None:
@@ -22,36 +21,34 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def load_study(path: str) -> dict:
+def load_study(path: str) -> tuple[dict, dict]:
+    """(config with the schema's defaults, runs): the Snakefile's own parse-time check
+    (study.preflight.check_study), so the two never disagree on a setting or a default."""
     import yaml
 
+    from ..config.schema import study_schema
     from ..config.specs import ConfigError
+    from ..study import preflight
 
+    problem = preflight.config_file_problem(path)
+    if problem:
+        raise ConfigError(f"--configfile: {problem}")
+    config = yaml.safe_load(Path(path).read_text())
     try:
-        config = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"--configfile: cannot read {path}: {exc.strerror}") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"--configfile: {path} is not a mapping")
-    if SCHEMA.is_file():  # fill the schema's defaults, as the Snakefile's validate() does
-        from snakemake.utils import validate
-
-        try:
-            validate(config, str(SCHEMA), set_default=True)
-        except Exception as exc:  # snakemake's WorkflowError: one line
-            raise ConfigError(f"--configfile: {path} does not match the schema: {str(exc).splitlines()[0]}") from None
-    return config
+        name = preflight.study_name(config, [path])
+        runs = preflight.check_study(config, study_schema(), config_files=[path], results=f"results/{name}")
+    except preflight.StudyRefused as exc:
+        raise ConfigError(str(exc)) from None
+    return config, runs
 
 
 def run(args) -> int:
     from .. import costs
-    from ..study.runs import expand
 
-    config = load_study(args.configfile)
-    runs = expand(config)
-    device = args.device or config.get("device", "cpu")
-    jobs = config.get("jobs", {}) or {}
-    rows = costs.estimate_study(runs, device, jobs.get("pretrain_threads", 1), jobs.get("transfer_threads", 1))
+    config, runs = load_study(args.configfile)
+    device = args.device or config["device"]  # --device: what the same study would cost on the other device
+    jobs = config["jobs"]
+    rows = costs.estimate_study(runs, device, jobs["pretrain_threads"], jobs["transfer_threads"])
     out = sys.stdout
     gpu = device == "cuda"
     dev_col = "GPU-h*" if gpu else "wall-h"

@@ -23,7 +23,6 @@ def register(sub) -> None:
     p.add_argument("--resume-state", default=None, help="side file for resumable training (deleted when done)")
     p.add_argument("--resume-every", type=int, default=500, help="steps between saved resume states")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the job's thread count)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the spec's device")
     p.set_defaults(func=run)
 
 
@@ -31,8 +30,6 @@ def run(args) -> int:
     from ..config.specs import RunSpec
 
     spec = RunSpec.from_dict(args.spec)  # before importing torch: a bad setting fails in a fraction of a second
-    if args.device:
-        spec = RunSpec.from_dict(spec.to_dict() | {"device": args.device})
     from ..io import files as io
     from ..io.progress import Progress
     from ..training.pretrain import DIVERGE_FACTOR, DIVERGE_PATIENCE, Trainer, checkpoint_payload

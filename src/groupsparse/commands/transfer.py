@@ -25,7 +25,8 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def register(sub) -> None:
-    from ..transfer.spec import DEFAULT_SIZES, METHODS
+    from ..transfer.methods import method_names
+    from ..transfer.spec import DEFAULT_SIZES
 
     p = sub.add_parser("transfer", help="fine-tune a pretrained checkpoint and fit baselines at many sample sizes")
     p.add_argument(
@@ -38,8 +39,8 @@ def register(sub) -> None:
     p.add_argument(
         "--methods",
         type=parse_names,
-        default=list(METHODS),
-        help=f"comma-separated, from: {','.join(METHODS)} (default: all)",
+        default=list(method_names()),
+        help=f"comma-separated, from: {','.join(method_names())} (default: all)",
     )
     p.add_argument(
         "--sizes",
@@ -49,14 +50,13 @@ def register(sub) -> None:
     )
     p.add_argument("--out", required=True, help="output Parquet, one row per (downstream, seed, method, n)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the job's thread count)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the run spec's device")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..config.specs import ConfigError, RunSpec
     from ..io import files as io
-    from ..transfer.spec import TransferSpec, check_grid
+    from ..transfer.spec import TransferSpec, check_grid, check_transfer
 
     raw = args.spec
     if not isinstance(raw, dict) or "run" not in raw:
@@ -65,9 +65,10 @@ def run(args) -> int:
     if unknown:
         raise ConfigError(f"--spec.{unknown[0]}: unknown key; allowed: run, transfer")
     run_spec = RunSpec.from_dict(raw["run"])
+    check_transfer(raw.get("transfer"))  # the parse-time check, for a spec written by hand (torch-free, cheap)
     spec = TransferSpec.from_dict(raw.get("transfer"))
     check_grid(args.methods, args.sizes, spec)  # before any heavy import or work
-    device = args.device or run_spec.device
+    device = run_spec.device  # the spec is the one channel of the device
     set_threads(args.threads)
 
     from ..transfer.runner import run_transfer, transfer_hash
@@ -83,7 +84,6 @@ def run(args) -> int:
         args.checkpoint,
         args.methods,
         args.sizes,
-        device=device,
         progress=progress_printer(len(spec.downstream) * len(args.methods) * sum(args.sizes)),
     )
     prov = io.provenance(

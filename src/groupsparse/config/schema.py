@@ -18,6 +18,8 @@ from typing import Any
 
 from .errors import ConfigError
 
+# A run's role: a named task, a point of the scaling grid, or an ablation (a column of every table).
+ROLES = ("task", "scaling", "ablation")
 # What an error message may quote of a bad value: a YAML alias bomb must not be printed whole.
 MAX_SHOWN = 120
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
@@ -49,7 +51,12 @@ def run_spec_schema() -> dict[str, Any]:
             "pretrain": {"$ref": "#/$defs/pretrain"},
             "dtype": top["dtype"],
             "device": top["device"],
+            "run_name": {"type": "string"},
+            "role": {"enum": list(ROLES)},
+            "variant": {"type": "string"},
         },
+        "required": ["study_seed", "task_name"],
+        "additionalProperties": False,
     }
 
 
@@ -70,6 +77,13 @@ def check_run_spec(raw: Any) -> None:
     problem = schema_problem(plain, run_spec_schema())
     if problem:
         raise ConfigError(problem)
+
+
+def section_problem(raw: Any, definition: str) -> str | None:
+    """The first problem of ``raw`` against the schema's ``$defs/<definition>`` (keys relative to it), or None."""
+    plain = json.loads(json.dumps(raw if raw is not None else {}, default=str))
+    full = study_schema()
+    return schema_problem(plain, {"$defs": full["$defs"], "$ref": f"#/$defs/{definition}"})
 
 
 # --- checking a config against it, in one line a person can act on ----------------------------
@@ -154,7 +168,10 @@ def schema_problem(config: dict[str, Any], schema: dict[str, Any]) -> str | None
         )
     if kind == "required":
         missing = [k for k in sub["required"] if k not in error.instance]
-        return f"{_key(where + missing[:1])}: required key is missing; required keys: {', '.join(sub['required'])}"
+        when = f" when {_key(where + ['enabled'])} is true" if "then" in error.schema_path else ""
+        return (
+            f"{_key(where + missing[:1])}: required key is missing{when}; required keys: {', '.join(sub['required'])}"
+        )
     if kind == "propertyNames":
         return f"{_key(where)}: bad name {shown(error.instance)}; allowed: names {_allowed(sub['propertyNames'])}"
     if kind == "minProperties":

@@ -13,12 +13,11 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError
-from .schema import check_run_spec
+from .schema import ROLES, check_run_spec, study_schema  # noqa: F401 (ROLES: re-exported)
 
 # Ranges, enums and defaults of the settings live in workflow/schemas/config.schema.yaml (see schema.py);
 # this module keeps the rules that tie several settings together.
 DTYPES = ("float32", "float64")  # also the transfer methods' precisions
-ROLES = ("task", "scaling", "ablation")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 # dataset -> (channels, height, width, class names); digits is scikit-learn's bundled 8x8 set
 IMAGE_DATASETS = {
@@ -33,40 +32,18 @@ def _check(cond: bool, key: str, msg: str) -> None:
 
 
 def _take(cls, raw: dict[str, Any] | None, where: str):
-    """Build dataclass ``cls`` from ``raw``, refusing unknown keys and wrong types."""
+    """Build dataclass ``cls`` from ``raw`` (keys, types and ranges: the schema, checked before),
+    numbers made floats where the field is one, then its cross-field rules (``validate``)."""
     raw = dict(raw or {})
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(raw) - set(known))
+    known = {f.name for f in fields(cls)}  # a task's keys depend on its kind (synthetic or images)
+    unknown = sorted(set(raw) - known)
     _check(
         not unknown,
         f"{where}.{unknown[0]}" if unknown else where,
         f"unknown key; allowed keys: {', '.join(sorted(known))}",
     )
-    kwargs = {}
-    for name, f in known.items():
-        if name not in raw:
-            continue
-        value = raw[name]
-        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-        if kind in ("int",):
-            _check(
-                isinstance(value, int) and not isinstance(value, bool),
-                f"{where}.{name}",
-                f"must be an integer, got {value!r}",
-            )
-        elif kind in ("float",):
-            _check(
-                isinstance(value, (int, float)) and not isinstance(value, bool),
-                f"{where}.{name}",
-                f"must be a number, got {value!r}",
-            )
-            value = float(value)
-        elif kind in ("str",):
-            _check(isinstance(value, str), f"{where}.{name}", f"must be a string, got {value!r}")
-        elif kind in ("bool",):
-            _check(isinstance(value, bool), f"{where}.{name}", f"must be true or false, got {value!r}")
-        kwargs[name] = value
-    obj = cls(**kwargs)
+    floats = {f.name for f in fields(cls) if (f.type if isinstance(f.type, str) else f.type.__name__) == "float"}
+    obj = cls(**{name: float(v) if name in floats else v for name, v in raw.items()})
     obj.validate(where)
     return obj
 
@@ -226,16 +203,26 @@ class ImageTaskSpec:
             )
 
 
+def _schema_defaults(definition: str) -> dict[str, Any]:
+    """The schema's defaults of ``$defs/<definition>`` (the one place they are written)."""
+    props = study_schema()["$defs"][definition]["properties"]
+    return {key: prop["default"] for key, prop in props.items() if "default" in prop}
+
+
+_MODEL = _schema_defaults("model")
+_PRETRAIN = _schema_defaults("pretrain")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """The paper's one-layer transformer and the section 6 variants."""
+    """The paper's one-layer transformer and the section 6 variants (defaults: the schema's)."""
 
-    positions: str = "concat"  # concat: z_j = [x_j; p_j] (paper); add: z_j = x_j + p_j
-    attention: str = "merged"  # merged W (paper) | separate W_K, W_Q (scores (W_K z_i)^T (W_Q z_j))
-    score_scale: str = "none"  # none (paper) | sqrt: scores / sqrt(width)
-    init: str = "zero"  # zero (paper) | random: N(0, init_scale^2) entries
-    init_scale: float = 0.01
-    layers: int = 1  # >1 stacks residual attention layers before the paper's read-out
+    positions: str = _MODEL["positions"]  # concat: z_j = [x_j; p_j] (paper); add: z_j = x_j + p_j
+    attention: str = _MODEL["attention"]  # merged W (paper) | separate W_K, W_Q (scores (W_K z_i)^T (W_Q z_j))
+    score_scale: str = _MODEL["score_scale"]  # none (paper) | sqrt: scores / sqrt(width)
+    init: str = _MODEL["init"]  # zero (paper) | random: N(0, init_scale^2) entries
+    init_scale: float = _MODEL["init_scale"]
+    layers: int = _MODEL["layers"]  # >1 stacks residual attention layers before the paper's read-out
 
     def validate(self, where: str = "model") -> None:
         _check(
@@ -251,15 +238,17 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class PretrainSpec:
-    steps: int = 3000
-    eta: float = 0.5
-    batch: int = 2048
-    sampling: str = "antithetic"  # antithetic: X drawn with -X (label -y); iid: plain batches
-    eval_size: int = 4096
-    record_every: int = 50  # regular recording grid (plus log-spaced steps)
-    attention_checkpoints: int = 6  # log-spaced steps at which the whole mean S is stored
-    on_diverge: str = "record"  # record: keep going, mark the seed diverged | fail: exit non-zero
-    gradient: str = "auto"  # auto: closed form for the paper model, autograd otherwise
+    """Population gradient descent (defaults and their meaning: the schema's $defs/pretrain)."""
+
+    steps: int = _PRETRAIN["steps"]
+    eta: float = _PRETRAIN["eta"]
+    batch: int = _PRETRAIN["batch"]
+    sampling: str = _PRETRAIN["sampling"]
+    eval_size: int = _PRETRAIN["eval_size"]
+    record_every: int = _PRETRAIN["record_every"]
+    attention_checkpoints: int = _PRETRAIN["attention_checkpoints"]
+    on_diverge: str = _PRETRAIN["on_diverge"]
+    gradient: str = _PRETRAIN["gradient"]
 
     def validate(self, where: str = "pretrain") -> None:
         _check(
@@ -290,28 +279,13 @@ class RunSpec:
         return self.run_name or self.task_name
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> RunSpec:
-        """A validated spec: ranges, enums and types by the study's schema, cross-field rules here."""
-        check_run_spec(raw)
+    def from_dict(cls, raw: dict[str, Any], checked: bool = False) -> RunSpec:
+        """A validated spec: keys, ranges, enums and types by the study's schema (skipped when
+        ``checked``: the Snakefile's parse-time check already validated every section), then the
+        cross-field rules here."""
+        if not checked:
+            check_run_spec(raw)
         raw = dict(raw)
-        allowed = {
-            "study_seed",
-            "task_name",
-            "task",
-            "model",
-            "pretrain",
-            "dtype",
-            "device",
-            "run_name",
-            "role",
-            "variant",
-        }
-        unknown = sorted(set(raw) - allowed)
-        _check(not unknown, unknown[0] if unknown else "", f"unknown key; allowed: {', '.join(sorted(allowed))}")
-        _check(isinstance(raw.get("study_seed"), int), "study_seed", "must be an integer")
-        _check(
-            isinstance(raw.get("task_name"), str) and raw["task_name"] != "", "task_name", "must be a non-empty string"
-        )
         spec = cls(
             study_seed=raw["study_seed"],
             task_name=raw["task_name"],
@@ -324,7 +298,6 @@ class RunSpec:
             role=raw.get("role", "task"),
             variant=raw.get("variant", ""),
         )
-        _choice(spec.role, ROLES, "role")
         _check(
             spec.task.kind != "images" or spec.pretrain.sampling == "iid",
             "pretrain.sampling",

@@ -55,7 +55,7 @@ cluster job: seed chunks and the packing of runs into Slurm jobs). ``from groups
 gives all of them; none imports torch or (at import) numpy.
 """
 
-from .cluster import DEFAULT_MAX_RUNTIME_MIN, chain_requests, fit_chunks, group_request, pack, slurm_jobs
+from .cluster import DEFAULT_MAX_RUNTIME_MIN, chain_requests, fit_chunks, gpus_per_job, group_request, pack, slurm_jobs
 from .fit import (
     DEFAULT_DATA,
     TABLES,
@@ -93,18 +93,14 @@ from .requests import (
     transfer_request,
 )
 from .work import (
-    COEFFICIENTS_OF,
-    DEFAULT_FIT,
-    DEFAULT_GRID_SIZE,
     DOWNSTREAM,
     DTYPE_BYTES,
-    PAPER_SGD,
-    TRANSFER_METHODS,
     Fit,
-    _net_steps,
+    coefficients_of,
     describe_pretrain,
     describe_transfer,
     fit_work,
+    measured_methods,
     record_count,
     transfer_fits,
 )
@@ -113,14 +109,12 @@ __all__ = [
     "DEFAULT_MAX_RUNTIME_MIN",
     "chain_requests",
     "fit_chunks",
+    "gpus_per_job",
     "group_request",
     "pack",
     "slurm_jobs",
     "COEFFS_PATH",
     "DEFAULT_DATA",
-    "COEFFICIENTS_OF",
-    "DEFAULT_FIT",
-    "DEFAULT_GRID_SIZE",
     "DEFAULT_MEM_LIMIT_MB",
     "DOWNSTREAM",
     "DTYPE_BYTES",
@@ -130,15 +124,13 @@ __all__ = [
     "GPU_TIME_MARGIN",
     "MEM_FLOOR_MB",
     "MEM_MARGIN",
-    "PAPER_SGD",
     "SMALL_JOBS",
     "TABLES",
     "TIME_FLOOR_MIN",
     "TIME_MARGIN",
-    "TRANSFER_METHODS",
     "Cost",
     "Fit",
-    "_net_steps",
+    "coefficients_of",
     "check_memory",
     "coefficients",
     "describe_pretrain",
@@ -147,6 +139,7 @@ __all__ = [
     "fit",
     "fit_seconds",
     "fit_work",
+    "measured_methods",
     "measured_vs_predicted",
     "pretrain_cost",
     "pretrain_request",

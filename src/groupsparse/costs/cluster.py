@@ -27,12 +27,17 @@ def chunk_names(n_seeds: int, per_job: int) -> list[str]:
     return [f"{lo}-{min(lo + per_job, n_seeds) - 1}" for lo in range(0, n_seeds, per_job)]
 
 
+def gpus_per_job(device: str) -> int:
+    """GPUs a job of a study on ``device`` asks for: one under cuda (a job never uses two), else none."""
+    return int(device == "cuda")
+
+
 def chain_requests(
     run, chunk: str, device: str, pretrain_threads: int, transfer_threads: int, max_mem_mb: int | None = None
 ) -> dict:
     """The requests of one (run, chunk) chain: its pretraining job and its transfer jobs, each a
     dict with runtime (min), mem_mb, threads and gpu, keyed (rule, run, chunk, method group)."""
-    gpu = int(device == "cuda")
+    gpu = gpus_per_job(device)
     jobs = {("pretrain", run.name, chunk, ""): pretrain_request(run, chunk, device, pretrain_threads, max_mem_mb)}
     jobs[("pretrain", run.name, chunk, "")] |= {"threads": pretrain_threads, "gpu": gpu}
     if run.transfer is not None:

@@ -21,7 +21,7 @@ from .model import (
     set_coefficients,
     transfer_cost,
 )
-from .work import DTYPE_BYTES, TRANSFER_METHODS, Fit, _pretrain_bytes, describe_transfer, transfer_fits
+from .work import DTYPE_BYTES, Fit, _pretrain_bytes, describe_transfer, measured_methods, transfer_fits
 
 # -- fitting (numpy/scipy imported here only) --------------------------------------------------
 
@@ -138,7 +138,7 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
 
     fits_rows = _fit_lines(data)
     per_method = {}
-    for method in TRANSFER_METHODS:
+    for method in measured_methods():
         rows = [r for r in fits_rows if r["method"] == method and not r["warmup"]]
         if not rows:
             continue

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..transfer import methods as registry
 from .work import (
-    COEFFICIENTS_OF,
     DOWNSTREAM,
     Fit,
     _token_width,
+    coefficients_of,
     describe_pretrain,
     describe_transfer,
     fit_work,
@@ -126,6 +127,11 @@ def pretrain_cost(spec: dict, seeds: int, device: str | None = None, threads: in
 
 
 FIT_TERMS = ("s_per_fit", "s_per_step", "s_per_train_op", "s_per_eval_op")
+CPU_LIBRARIES = ("sklearn", "skglm")  # a method module's LIBRARY that never runs on the GPU
+
+
+def _library(method: str) -> str:
+    return registry.method(method).library
 
 
 def _fit_features(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None) -> list[float]:
@@ -135,7 +141,7 @@ def _fit_features(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None)
 
 def fit_seconds(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None = None) -> float:
     """Predicted seconds of one fit (all ``seeds`` at once), on one CPU thread."""
-    k = coefficients()["transfer_fit"][COEFFICIENTS_OF.get(fit.method, fit.method)]
+    k = coefficients()["transfer_fit"][coefficients_of(fit.method)]
     return sum(k[name] * x for name, x in zip(FIT_TERMS, _fit_features(fit, seeds, d, D, m, hp)))
 
 
@@ -150,14 +156,14 @@ def _transfer_parts(spec: dict, transfer: dict, methods, sizes, seeds: int) -> t
     g = GPU_ASSUMPTIONS
     dtype = transfer.get("dtype", "float32")
     for f in fits:
-        if f.method in ("logreg", "group_lasso"):  # scikit-learn / skglm: on the CPU whatever the device
+        if _library(f.method) in CPU_LIBRARIES:  # scikit-learn / skglm: on the CPU whatever the device
             gpu += fit_seconds(f, seeds, d, D, m, hps.get(f.method))
         else:
             steps, train, ev = fit_work(f.method, f.n_train, f.n_eval, seeds, d, D, m, hps.get(f.method))
             gpu += steps * g["step_s"] + 2 * (3 * train + ev) / g["flops_per_s"][dtype]
     n_down = len(transfer.get("downstream", DOWNSTREAM))
     draws = seeds * n_down * (transfer.get("test_size", 10000) + sum(sizes)) * D * d
-    return total, draws, "group_lasso" in methods, gpu
+    return total, draws, any(_library(m) == "skglm" for m in methods), gpu
 
 
 def _transfer_mem_features(f: dict, methods) -> list[float]:
@@ -167,9 +173,9 @@ def _transfer_mem_features(f: dict, methods) -> list[float]:
         1.0,
         f["x_bytes"] / 2**20,
         f["z_bytes"] / 2**20,
-        float(any(m in ("logreg", "group_lasso") for m in methods)),
-        float("group_lasso" in methods),
-        float(any(m in ("mlp", "std_transformer") for m in methods)),
+        float(any(_library(m) in CPU_LIBRARIES for m in methods)),
+        float(any(_library(m) == "skglm" for m in methods)),
+        float(any(_library(m) == "torch_net" for m in methods)),
     ]
 
 

@@ -8,41 +8,23 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..transfer.spec import DEFAULT_GRIDS, ONLINE_METHODS, TransferSpec  # torch-free
+from ..transfer import methods as registry  # torch-free: each method module declares its work
+from ..transfer.spec import DOWNSTREAM, TransferSpec
 
-# Methods with fitted coefficients of their own (measured); every other method's work is that of
-# the method it is computed like (COEFFICIENTS_OF): a fresh v (v0) costs what the pretrained start
-# costs, the probe is a logistic regression on the m features u(X) plus the model's forward pass.
-TRANSFER_METHODS = (
-    "pretrained_finetune",
-    "pretrained_frozen_W",
-    "scratch_transformer",
-    "logreg",
-    "group_lasso",
-    "mlp",
-    "std_transformer",
-)
-COEFFICIENTS_OF = {
-    "pretrained_finetune_v0": "pretrained_finetune",
-    "pretrained_frozen_W_v0": "pretrained_frozen_W",
-    "pretrained_probe": "logreg",
-}
-PAPER_SGD = ONLINE_METHODS
-DOWNSTREAM = ("transfer", "negative_control")
 DTYPE_BYTES = {"float32": 4, "float64": 8}
 N_LOG_STEPS = 40  # pretrain.N_LOG_STEPS (recording grid)
 
-# Transfer defaults mirrored from transfer/spec.py (torch-free copies; a test checks they agree).
-_NET = {"batch": 64, "epochs": 20, "min_steps": 200, "max_steps": 1000}
-DEFAULT_FIT = {
-    **{method: {"passes": 1} for method in ONLINE_METHODS},
-    "logreg": {},
-    "pretrained_probe": {},
-    "group_lasso": {},
-    "mlp": {"width": 128, "depth": 2, **_NET},
-    "std_transformer": {"width": 32, "heads": 4, "layers": 2, "ff_width": 64, **_NET},
-}
-DEFAULT_GRID_SIZE = {method: math.prod(len(v) for v in grid.values()) for method, grid in DEFAULT_GRIDS.items()}
+
+def coefficients_of(method: str) -> str:
+    """The method whose fitted coefficients (costs.yaml transfer_fit) ``method`` is costed with:
+    its own where it was measured, else the one its module names (COSTS_LIKE: a fresh v costs what
+    the pretrained start costs, the probe is a logistic regression on the m features u(X))."""
+    return registry.method(method).costs_like
+
+
+def measured_methods() -> tuple[str, ...]:
+    """The methods with fitted coefficients of their own (benchmarks/measure_costs.py times them)."""
+    return tuple(m for m, info in registry.registry().items() if info.costs_like == m)
 
 
 def record_count(steps: int, every: int, attention_checkpoints: int) -> int:
@@ -145,34 +127,9 @@ class Fit:
     n_eval: int
 
 
-def _net_steps(n: int, hp: dict) -> tuple[int, int]:
-    batch = min(hp["batch"], n)
-    steps = math.ceil(hp["epochs"] * n / batch)
-    return batch, max(hp["min_steps"], min(hp["max_steps"], steps))
-
-
 def fit_work(method: str, n: int, n_eval: int, seeds: int, d: int, D: int, m: int, hp: dict | None = None) -> tuple:
-    """(steps, train_work, eval_work) of one fit of ``method`` for ``seeds`` seeds at once."""
-    hp = DEFAULT_FIT[method] | (hp or {})
-    S = seeds
-    if method in PAPER_SGD:
-        per = D * m * (m + D)
-        steps = n * hp.get("passes", 1)
-        return steps, S * steps * per, S * n_eval * per
-    if method in ("logreg", "group_lasso"):
-        p = D * d
-        return S, S * n * p, S * n_eval * p
-    if method == "pretrained_probe":  # u(X) = Z S 1 by the forward pass, then a logistic regression on m features
-        forward = D * m * (m + D)
-        return S, S * n * (m + forward), S * n_eval * (m + forward)
-    batch, steps = _net_steps(n, hp)
-    if method == "mlp":
-        w, depth = hp["width"], hp["depth"]
-        per = D * d * w + (depth - 1) * w * w + w
-    else:  # std_transformer, per token: embedding, attention projections, feed-forward, attention scores
-        h, ff, layers = hp["width"], hp["ff_width"], hp["layers"]
-        per = D * (d * h + layers * (4 * h * h + 2 * h * ff + 2 * D * h))
-    return steps, S * steps * batch * per, S * n_eval * per
+    """(steps, train_work, eval_work) of one fit of ``method`` for ``seeds`` seeds at once (its module's ``work``)."""
+    return registry.method(method).work(n, n_eval, seeds, d, D, m, hp)
 
 
 def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], online: bool = True) -> list[Fit]:
@@ -189,7 +146,7 @@ def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], 
     for down in downstream:
         for n in sizes:
             for method in (m for m in methods if spec.fits_on(down, m)):
-                scored = online and method in ONLINE_METHODS
+                scored = online and registry.method(method).online
                 online_n = min(n, spec.online_points) * spec.online_eval_size if scored else 0
                 k, fitted = spec.folds(n)
                 if spec.selection == "cv" and k >= 2:
@@ -220,5 +177,5 @@ def describe_transfer(spec: dict, transfer: dict, methods: list[str], sizes: lis
         "cv_folds": transfer.get("cv_folds", 3),
         "fits": len(transfer_fits(transfer, methods, sizes)),
         "x_bytes": seeds * (test + max(sizes)) * D * d * 8,
-        "z_bytes": seeds * (test + max(sizes)) * D * m * 8 * any(x in PAPER_SGD for x in methods),
+        "z_bytes": seeds * (test + max(sizes)) * D * m * 8 * any(registry.method(x).online for x in methods),
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..io.files import atomic_path
+from ..io.tables import FIGURE_FORMATS
 
 # The one matplotlib style of every figure.
 STYLE = {
@@ -19,7 +20,7 @@ STYLE = {
     "image.cmap": "viridis",
     "legend.fontsize": 8,
 }
-FORMATS = ("png", "pdf")
+FORMATS = FIGURE_FORMATS
 
 
 def pyplot():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import json
 import os
 import platform
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -30,6 +32,23 @@ def _umask() -> int:
     return mask
 
 
+# When this process started: a temporary file last written before it belongs to a writer that died.
+_STARTED = time.time()
+
+
+def remove_leftovers(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files a killed writer of ``path`` left beside it (``.<name>.*.tmp`` last
+    written before this process started: a live writer's file is newer), and return them."""
+    path = Path(path)
+    gone = []
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            if tmp.stat().st_mtime < _STARTED:
+                tmp.unlink()
+                gone.append(tmp)
+    return gone
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only on success.
@@ -38,6 +57,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     0600 would hide every result from colleagues on a shared filesystem."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -55,13 +75,18 @@ def write_text_atomic(path, text: str) -> None:
         Path(tmp).write_text(text)
 
 
+def content_path(folder, stem: str, text: str) -> Path:
+    """Where content_file keeps ``text``: ``folder/stem.<first 12 hex digits of its sha256>.json``."""
+    import hashlib
+
+    return Path(folder) / f"{stem}.{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+
+
 def content_file(folder, stem: str, text: str) -> Path:
     """``folder/stem.<hash of text>.json`` holding ``text``, written once (atomically) and never
     changed: a job's spec passed by a short path, and a changed spec is a new file, so the
     jobs it affects rerun and no other."""
-    import hashlib
-
-    path = Path(folder) / f"{stem}.{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    path = content_path(folder, stem, text)
     if not (path.is_file() and path.read_text() == text):
         write_text_atomic(path, text)
     return path

@@ -13,17 +13,11 @@ import shutil
 from pathlib import Path
 
 from . import files as io
+from . import tables
 
-RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters", "transfer_accuracy")
-IMAGE_RUN_FIGURES = ("image_attention", "image_examples", "transfer_accuracy")
-SCALING_FIGURES = (
-    "convergence_time",
-    "convergence_thresholds",
-    "attention_concentration",
-    "sample_complexity",
-    "online_error",
-    "ablations",
-)
+RUN_FIGURES = (*tables.RUN_FIGURES, tables.TRANSFER_FIGURE)
+IMAGE_RUN_FIGURES = (*tables.IMAGE_FIGURES, tables.TRANSFER_FIGURE)
+SCALING_FIGURES = tables.SCALING_FIGURES
 
 
 def _fmt(x, digits=3) -> str:

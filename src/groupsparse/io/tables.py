@@ -11,6 +11,27 @@ from pathlib import Path
 
 from .files import InputError
 
+# --- the study's output file names (stems), imported by the rules (workflow/rules/*.smk), the
+# figures and the report; each figure is written in every FIGURE_FORMATS, each table as .parquet.
+FIGURE_FORMATS = ("png", "pdf")
+RUN_FIGURES = ("pretrain_curves", "attention_heatmaps", "parameters")  # every named task
+TRANSFER_FIGURE = "transfer_accuracy"  # a task with transfer
+IMAGE_FIGURES = ("image_attention", "image_examples")  # an image task
+SCALING_FIGURES = (
+    "convergence_time",
+    "convergence_thresholds",
+    "out_of_sample",
+    "attention_concentration",
+    "sample_complexity",
+    "online_error",
+    "ablations",
+)
+PRETRAIN_TABLES = ("pretrain_trajectories", "pretrain_attention", "pretrain_summary")
+TRANSFER_TABLES = ("transfer", "summary", "sample_complexity")
+CSV_TABLES = ("pretrain_summary", "summary", "sample_complexity", "claims", "predictions")  # also written as .csv
+SCALING_TABLES = ("claims", "predictions", "scaling_fits", "ablations", "scaling_points", "scaling_crossings")
+
+
 # What a pretraining run records per seed at its last step (summaries report each with an interval).
 FINAL_METRICS = (
     "eval_loss",
@@ -26,7 +47,11 @@ FINAL_METRICS = (
     "W_pp_norm",
 )
 
-# Every column of a transfer job's table, in order (transfer.runner writes them).
+# A transfer row's fitted settings are columns p_<setting> (benchopt's parameter columns), one per
+# setting any method of the table has, after TRANSFER_COLUMNS.
+PARAMETER_PREFIX = "p_"
+
+# Every column of a transfer job's table, in order, before its parameter columns (transfer.runner writes them).
 TRANSFER_COLUMNS = (
     "run",
     "task_name",
@@ -44,16 +69,19 @@ TRANSFER_COLUMNS = (
     "train_loss",
     "fit_seconds",
     "status",
-    "hyperparameters",
+    "error",
     "cos_direction",
     "selection",
     "hp_at_edge",
+    "hp_edge",
+    "cv_accuracy",
+    "cv_loss",
     "online_error",
 )
 
 # Transfer columns a table may lack and still be read (bookkeeping, or added after the first tables).
-_TRANSFER_OPTIONAL = {"j_star", "pretrain_j_star", "train_loss", "fit_seconds", "hyperparameters", "cos_direction"}
-_TRANSFER_OPTIONAL |= {"selection", "hp_at_edge", "online_error"}
+_TRANSFER_OPTIONAL = {"j_star", "pretrain_j_star", "train_loss", "fit_seconds", "error", "cos_direction"}
+_TRANSFER_OPTIONAL |= {"selection", "hp_at_edge", "hp_edge", "cv_accuracy", "cv_loss", "online_error"}
 
 # What a table must have to be read at all (older tables may lack the newer columns).
 REQUIRED_COLUMNS = {

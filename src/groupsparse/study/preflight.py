@@ -155,27 +155,53 @@ class StudyRefused(Exception):
 
 
 def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str]:
-    """Names in the analysis settings that must refer to a run or a method, and do not."""
+    """Names in the analysis settings that must refer to a run or a method, and do not: checked
+    whether or not their section is on (a name a switched-off section holds still reaches the
+    analysis settings, and is wrong the day the section is switched on)."""
+    from ..transfer.methods import method_names
+
     problems = []
+    known = set(method_names())
+    sections = [("transfer", config.get("transfer"))]
+    sections += [(f"tasks.{name}.transfer", (entry or {}).get("transfer")) for name, entry in config["tasks"].items()]
+    sections += [(f"{part}.transfer", (config.get(part) or {}).get("transfer")) for part in ("scaling", "ablations")]
+    for where, section in sections:  # every transfer section, switched on or not
+        section = section or {}
+        named = [(f"{where}.methods[{i}]", m) for i, m in enumerate(section.get("methods") or [])]
+        for group, members in (section.get("method_groups") or {}).items():
+            named += [(f"{where}.method_groups.{group}[{i}]", m) for i, m in enumerate(members)]
+        for key, name in named:
+            if name not in known:
+                problems.append(f"{key}: {shown(name)} is not a transfer method; known: {', '.join(method_names())}")
+    ablations = config["ablations"]  # filled: the schema's defaults (base_task: base)
+    base = ablations["base_task"]
+    # a study without ablations needs no task named like the default base_task
+    if (ablations.get("enabled") or ablations.get("variants")) and base not in config["tasks"]:
+        problems.append(f"ablations.base_task: {shown(base)} is not a task; tasks: {', '.join(config['tasks'])}")
     scaling = config.get("scaling") or {}
     fitted = {m for run in runs.values() if run.role == "scaling" for m in run.methods}
-    if scaling.get("enabled") and fitted:  # no transfer on the scaling runs: nothing is fitted, no name to check
-        for i, method in enumerate((scaling.get("analysis") or {}).get("methods") or []):
-            if method not in fitted:
-                problems.append(
-                    f"scaling.analysis.methods[{i}]: {shown(method)} is not a transfer method of the "
-                    f"scaling runs; they run: {', '.join(sorted(fitted)) or 'none (transfer is off)'}"
-                )
-    ablations = config.get("ablations") or {}
-    if ablations.get("enabled"):
-        analysis = ablations.get("analysis") or {}
-        baseline = analysis.get("baseline", "ablation_none")
-        ablation_runs = sorted(r for r, run in runs.items() if run.role == "ablation")
-        if baseline not in ablation_runs:
+    if scaling.get("enabled") and fitted:
+        what = "a transfer method of the scaling runs; they run"
+    else:  # scaling off, or its runs fit nothing: the names must still be methods
+        fitted = set(((scaling.get("transfer") or {}).get("methods")) or method_names())
+        what = "a transfer method the scaling runs would fit; known"
+    for i, method in enumerate((scaling.get("analysis") or {}).get("methods") or []):
+        if method not in fitted:
             problems.append(
-                f"ablations.analysis.baseline: {shown(baseline)} is not an ablation run; "
-                f"runs: {', '.join(ablation_runs)}"
+                f"scaling.analysis.methods[{i}]: {shown(method)} is not {what}: "
+                f"{', '.join(sorted(fitted)) or 'none (transfer is off)'}"
             )
+    analysis = ablations.get("analysis") or {}
+    baseline = analysis.get("baseline", "ablation_none")
+    if ablations.get("enabled"):
+        ablation_runs = sorted(r for r, run in runs.items() if run.role == "ablation")
+    else:  # the runs the section would make
+        ablation_runs = sorted(["ablation_none"] + [f"ablation_{v}" for v in ablations.get("variants") or {}])
+    if baseline not in ablation_runs:
+        problems.append(
+            f"ablations.analysis.baseline: {shown(baseline)} is not an ablation run; runs: {', '.join(ablation_runs)}"
+        )
+    if ablations.get("enabled"):
         sizes = {n for run in runs.values() if run.role == "ablation" for n in run.sizes}
         for i, n in enumerate(analysis.get("sizes") or []):
             if n not in sizes:
@@ -213,7 +239,7 @@ def _check_study(config, schema, config_files, results) -> dict:
         raise StudyRefused(f"invalid configuration: {problem}")
     fill_defaults(config, schema)
     try:
-        runs = expand(config)
+        runs = expand(config, checked=True)  # the schema check above is the one check
     except ConfigError as exc:
         raise StudyRefused(f"invalid configuration: {exc}") from None
     problems = reference_problems(config, runs)
@@ -221,7 +247,7 @@ def _check_study(config, schema, config_files, results) -> dict:
         raise StudyRefused(f"invalid configuration: {problems[0]}")
     from ..costs import check_memory  # the fitted cost model: absurd sizes stop here, not in a job
 
-    jobs = config.get("jobs") or {}
+    jobs = config["jobs"]
     problems = check_memory(runs, limit_mb=jobs.get("max_mem_mb"))
     if problems:
         raise StudyRefused(f"cannot run the study: {problems[0]} (jobs.max_mem_mb)")
@@ -229,9 +255,9 @@ def _check_study(config, schema, config_files, results) -> dict:
 
     problems = fit_chunks(
         runs,
-        config.get("device", "cpu"),
-        jobs.get("pretrain_threads", 1),
-        jobs.get("transfer_threads", 1),
+        config["device"],
+        jobs["pretrain_threads"],
+        jobs["transfer_threads"],
         jobs.get("max_runtime_min"),
     )
     if problems:

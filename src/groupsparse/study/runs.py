@@ -14,11 +14,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config.schema import check_study
+from ..config.schema import check_study, fill_defaults, study_schema
 from ..config.specs import ConfigError, RunSpec
-from ..transfer.spec import METHODS, TransferSpec
-
-TRANSFER_JOB_KEYS = ("enabled", "methods", "sizes", "method_groups")
+from ..transfer.methods import method_names
+from ..transfer.spec import GRID_KEYS, check_transfer
 
 
 @dataclass
@@ -70,21 +69,21 @@ def _check_sizes(sizes: list[int], where: str, max_n: int | None) -> None:
 
 def _make_run(config: dict, name: str, entry: dict, role: str, where: str, variant: str = "") -> Run:
     pre = deep_merge(config.get("pretrain", {}), entry.get("pretrain"))
-    seeds, per_job = pre.pop("seeds", 5), pre.pop("seeds_per_job", 5)
+    seeds, per_job = pre.pop("seeds"), pre.pop("seeds_per_job")  # the schema's defaults, filled at the top
     spec_dict = {
         "study_seed": config["study_seed"],
         "task_name": entry.get("data_identity", name),
         "task": copy.deepcopy(entry.get("task", {})),
         "model": deep_merge(config.get("model", {}), entry.get("model")),
         "pretrain": pre,
-        "dtype": entry.get("dtype") or config.get("dtype", "float32"),
-        "device": config.get("device", "cpu"),
+        "dtype": entry.get("dtype") or config["dtype"],
+        "device": config["device"],
         "run_name": name,
         "role": role,
         "variant": variant,
     }
     try:
-        spec = RunSpec.from_dict(spec_dict)
+        spec = RunSpec.from_dict(spec_dict, checked=True)  # its sections passed the study schema
     except ConfigError as exc:
         raise _prefixed(where, exc) from None
     run = Run(name, spec.to_dict(), list(range(seeds)), chunk_seeds(seeds, per_job), role=role)
@@ -95,14 +94,15 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
         run.methods = list(tr["methods"])
         run.sizes = [int(n) for n in tr["sizes"]]
         groups = tr.get("method_groups") or {"all": run.methods}
-        bad = [m for m in run.methods if m not in METHODS]
+        known = method_names()
+        bad = [m for m in run.methods if m not in known]
         if bad:
-            raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(METHODS)}")
+            raise ConfigError(f"{where}.transfer.methods: unknown method {bad[0]!r}; allowed: {', '.join(known)}")
         for g, ms in groups.items():  # a subset of a study's methods may drop group members, never typos
-            unknown = [m for m in ms if m not in METHODS]
+            unknown = [m for m in ms if m not in known]
             if unknown:
                 raise ConfigError(
-                    f"{where}.transfer.method_groups.{g}: unknown method {unknown[0]!r}; allowed: {', '.join(METHODS)}"
+                    f"{where}.transfer.method_groups.{g}: unknown method {unknown[0]!r}; allowed: {', '.join(known)}"
                 )
         run.method_groups = {g: [m for m in ms if m in run.methods] for g, ms in groups.items()}
         run.method_groups = {g: ms for g, ms in run.method_groups.items() if ms}
@@ -113,10 +113,10 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
         ungrouped = sorted(set(run.methods) - set(grouped))
         if ungrouped:
             raise ConfigError(f"{where}.transfer.method_groups: methods {ungrouped} are in no group")
-        run.transfer = {k: v for k, v in tr.items() if k not in TRANSFER_JOB_KEYS}
+        run.transfer = {k: v for k, v in tr.items() if k not in GRID_KEYS}
         _check_sizes(run.sizes, f"{where}.transfer", run.transfer.get("max_n"))
         try:
-            TransferSpec.from_dict(run.transfer)  # its messages already start with "transfer."
+            check_transfer(run.transfer)  # its messages already start with "transfer."
         except ConfigError as exc:
             raise _prefixed(where, exc) from None
     return run
@@ -133,9 +133,13 @@ def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:
     return pre
 
 
-def expand(config: dict) -> dict[str, Run]:
-    """All pretraining runs of the study, by name (validated: the schema, then the cross-field rules)."""
-    check_study(config)
+def expand(config: dict, checked: bool = False) -> dict[str, Run]:
+    """All pretraining runs of the study, by name (validated: the schema unless ``checked`` (by
+    study.preflight, the Snakefile's one check), its defaults filled in ``config`` in place, then
+    the cross-field rules)."""
+    if not checked:
+        check_study(config)
+    fill_defaults(config, study_schema())
     runs: dict[str, Run] = {}
     tasks = config["tasks"]
     for name, entry in tasks.items():

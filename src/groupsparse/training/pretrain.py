@@ -20,10 +20,11 @@ from ..config.specs import RunSpec
 from ..data.synthetic import GroupSparseTask, make_task
 from ..io import files as io
 from ..model import cpu, fastpath
+from ..model.device import TORCH_DTYPES as DTYPES
+from ..model.device import torch_device
 from ..model.transformer import embed, forward, init_params, logistic_loss, sine_positions, token_width
 from .recording import Recording, attention_steps, record_steps  # noqa: F401 (re-exported)
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # A seed has diverged when its training loss is not finite, or exceeds this many times its loss at
 # step 0 (log 2 from the zero start): a stable run's logistic loss stays below its start, while a
 # step size far too large gives losses of order |f|, far above it, long before they overflow.
@@ -77,9 +78,7 @@ class Trainer(Recording):
         self.spec, self.seeds = spec, list(seeds)
         self.dtype = DTYPES[spec.dtype]
         self.draw_dtype = draw_dtype or self.dtype
-        self.device = torch.device(spec.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("device: cuda was asked for, but torch sees no CUDA device")
+        self.device = torch_device(spec.device)
         ts, ms = spec.task, spec.model
         self.tasks = [make_task(ts, *task_identity(spec, s)) for s in self.seeds]
         self.relevant = torch.stack([t.relevant for t in self.tasks]).to(self.device)

@@ -11,9 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from .fitting import Context, FitOutput, _chunked, _per_seed, _shared, per_entry
-from .spec import DEFAULT_HYPERPARAMETERS
-
-DEFAULT_GROUP_LASSO = DEFAULT_HYPERPARAMETERS["group_lasso"]
+from .methods import method
+from .methods._shared import net_steps
 
 
 def fit_logreg(ctx, X, y, evals, hps, gens, start=None, online=None) -> FitOutput:
@@ -80,7 +79,7 @@ def warm_up_group_lasso(solvers: tuple[str, ...] = ("GroupProxNewton",)) -> None
     X = torch.randn(1, 32, 4, 3, generator=gen, dtype=torch.float64)
     y = torch.where(X[:, :, 0, 0] + 0.5 * torch.randn(1, 32, generator=gen, dtype=torch.float64) > 0, 1.0, -1.0)
     for solver in solvers:
-        hp = DEFAULT_GROUP_LASSO | {"solver": solver}
+        hp = method("group_lasso").defaults | {"solver": solver}
         fit_group_lasso(None, X, y, [X], [hp], [])
 
 
@@ -105,13 +104,6 @@ def _apply(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None) -> t
     if b is not None:
         out = out + b.reshape(S, *([1] * (x.dim() - 2)), -1)
     return out
-
-
-def net_steps(n: int, hp: dict) -> tuple[int, int]:
-    """(batch, steps): minibatches of min(batch, n); steps = clamp(ceil(epochs n / batch), min, max)."""
-    batch = min(hp["batch"], n)
-    steps = math.ceil(hp["epochs"] * n / batch)
-    return batch, max(hp["min_steps"], min(hp["max_steps"], steps))
 
 
 def _train_net(ctx, net, params: dict[str, torch.Tensor], X, y, evals, hps, gens) -> FitOutput:

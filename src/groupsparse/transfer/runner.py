@@ -4,10 +4,13 @@ Every (downstream task, seed, n) draws its n training samples from a generator h
 from that identity alone, and every (downstream task, seed) one test set, so all methods
 see the same data and a grid split across jobs gives the same rows as one job.
 
-Each row records the hyperparameters used (``hyperparameters``, JSON: the chosen grid values,
-the rule, the CV score and ``at_edge``; for SGD the absolute step ``eta`` and the scale
-``u_sq_mean``), the rule (``selection``), whether a chosen value sits at an edge of its grid
-(``hp_at_edge``) and, for the online-SGD methods, the average online error (``online_error``):
+Each row records the settings the method was fitted with as typed parameter columns ``p_<name>``
+(benchopt's style: the chosen grid values and the method's other settings; for SGD also the
+absolute step ``p_eta`` and the scale ``p_u_sq_mean``, for the nets ``p_batch_used`` and
+``p_steps``; a column is empty on rows of methods without that setting), the rule (``selection``),
+the cross-validation score (``cv_accuracy``, ``cv_loss``), the settings at an edge of their grid
+(``hp_edge``, comma-separated; ``hp_at_edge`` whether any), why a fit failed (``error``) and, for
+the online-SGD methods, the average online error (``online_error``):
 (1/n) sum_{t=0}^{n-1} P(y f(Z; W_t, v_t) <= 0), W_t, v_t the iterate after t updates, each
 iterate's error measured on the first ``online_eval_size`` test samples (methods.py:
 ``online_iterates``, ``average_online_error``).
@@ -15,7 +18,6 @@ iterate's error measured on the first ``online_eval_size`` test samples (methods
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -30,9 +32,13 @@ import torch.nn.functional as F
 from ..config.seeding import torch_generator
 from ..config.specs import RunSpec, config_hash
 from ..io import files as io
-from ..io.tables import TRANSFER_COLUMNS
-from .methods import METHODS, Context, OnlineEval, net_steps, warm_up_group_lasso
-from .spec import ONLINE_METHODS, TransferSpec, check_grid
+from ..io.tables import PARAMETER_PREFIX, TRANSFER_COLUMNS
+from ..model.device import TORCH_DTYPES, torch_device
+from .baselines import warm_up_group_lasso
+from .fitting import Context, OnlineEval
+from .methods import method as method_info
+from .methods._shared import net_steps
+from .spec import TransferSpec, check_grid
 from .tasks import (
     Pretrained,
     check_checkpoint,
@@ -43,7 +49,6 @@ from .tasks import (
     train_generator,
 )
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 CV_CHUNK_FLOATS = 2**23  # training inputs (floats) per batched cross-validation fit: bounds its memory
 STATUSES = ("ok", "diverged", "failed", "skipped_pretrain_diverged")
 COLUMNS = list(TRANSFER_COLUMNS)
@@ -69,7 +74,6 @@ def run_transfer(
     checkpoint: str | Path,
     methods: list[str],
     sizes: list[int],
-    device: str = "cpu",
     progress: Callable[[str], None] | None = None,
 ) -> TransferResult:
     """The table of every (downstream, seed, method, n). scikit-learn's BLAS gets torch's thread
@@ -79,22 +83,19 @@ def run_transfer(
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=torch.get_num_threads()):
-        return _run_transfer(run_spec, spec, checkpoint, methods, sizes, device, progress)
+        return _run_transfer(run_spec, spec, checkpoint, methods, sizes, progress)
 
 
-def _run_transfer(run_spec, spec, checkpoint, methods, sizes, device, progress) -> TransferResult:
+def _run_transfer(run_spec, spec, checkpoint, methods, sizes, progress) -> TransferResult:
     t0 = time.perf_counter()
     check_grid(list(methods), list(sizes), spec)
     tensors, meta = io.load_checkpoint(checkpoint)
     pre = check_checkpoint(run_spec, tensors, meta, checkpoint)
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device")
-    ctx = Context(run_spec, dev, DTYPES[spec.dtype])
+    ctx = Context(run_spec, torch_device(run_spec.device), TORCH_DTYPES[spec.dtype])
     say = progress or (lambda msg: None)
 
     compile_seconds = None
-    if "group_lasso" in methods:
+    if "group_lasso" in methods:  # its numba kernels compile once per job, timed apart from the fits
         tc = time.perf_counter()
         solvers = {
             hp["solver"]
@@ -125,6 +126,7 @@ def _run_transfer(run_spec, spec, checkpoint, methods, sizes, device, progress) 
                 rows += _fit_method(ctx, spec, pre, tasks, downstream, method, n, X, y, X_test, y_test)
                 seconds[method] += time.perf_counter() - tm
                 say(f"{downstream} n={n} {method}: {time.perf_counter() - tm:.2f} s")
+    params = sorted({k for row in rows for k in row if k.startswith(PARAMETER_PREFIX)})
     table = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("d", "D", "seed", "j_star", "pretrain_j_star", "n"):
         table[col] = table[col].astype("int64")
@@ -139,6 +141,8 @@ def _run_transfer(run_spec, spec, checkpoint, methods, sizes, device, progress) 
     ):
         table[col] = table[col].astype("float64")
     table["hp_at_edge"] = table["hp_at_edge"].astype("bool")
+    for col in params:  # from the rows' own values (a frame would have turned integers with gaps into floats)
+        table[col] = _typed(pd.Series([row.get(col) for row in rows], dtype=object, index=table.index))
     return TransferResult(table, pre.seeds, time.perf_counter() - t0, compile_seconds, seconds)
 
 
@@ -150,7 +154,7 @@ def _stack(pairs):
 def _fit_method(
     ctx: Context, spec: TransferSpec, pre: Pretrained, tasks, downstream: str, method: str, n: int, X, y, X_test, y_test
 ) -> list[dict]:
-    entry = METHODS[method]
+    entry = method_info(method)
     run_spec = ctx.run_spec
     rows = []
 
@@ -188,9 +192,12 @@ def _fit_method(
                     train_loss=math.nan,
                     fit_seconds=math.nan,
                     status="skipped_pretrain_diverged",
-                    hyperparameters=json.dumps({"skipped": "pretraining of this seed diverged"}),
+                    error="skipped: pretraining of this seed diverged",
                     selection=spec.selection,
                     hp_at_edge=False,
+                    hp_edge="",
+                    cv_accuracy=math.nan,
+                    cv_loss=math.nan,
                     online_error=math.nan,
                 )
             )
@@ -207,7 +214,7 @@ def _fit_method(
     t1 = time.perf_counter()
     X_te = X_test[active]
     online = None
-    if method in ONLINE_METHODS:
+    if entry.online:
         m = min(spec.online_eval_size, X_te.shape[1])
         online = OnlineEval(X_te[:, :m], y_test[active][:, :m], spec.online_points)
     out = entry.fit(ctx, Xa, ya, [Xa, X_te], chosen, [torch_generator(*i) for i in ids], start, online)
@@ -218,14 +225,13 @@ def _fit_method(
     for j, i in enumerate(active):
         f_train, f_test, error, extra = out.outputs[0][j], out.outputs[1][j], errors[j], extras[j]
         rule = notes[j].pop("rule")
-        hp_record = {"rule": rule, **chosen[j], **notes[j], **extra}
-        if method in ("mlp", "std_transformer"):
-            hp_record["batch_used"], hp_record["steps"] = net_steps(n, chosen[j])
+        used = {**chosen[j], **extra}  # data-dependent settings (the absolute SGD step) as fitted
+        if {"batch", "epochs", "min_steps", "max_steps"} <= chosen[j].keys():  # an AdamW net
+            used["batch_used"], used["steps"] = net_steps(n, chosen[j])
         metrics = _metrics(f_train, ya[j], f_test, y_test[i])
         online_error = out.online[j] if out.online is not None else math.nan
         if error is not None:
             status = "failed"
-            hp_record["error"] = error
         elif not (torch.isfinite(f_train).all() and torch.isfinite(f_test).all()):
             status = "diverged"
         else:
@@ -239,9 +245,13 @@ def _fit_method(
                 **metrics,
                 fit_seconds=share + select_seconds / len(active),
                 status=status,
-                hyperparameters=json.dumps(hp_record, sort_keys=True),
+                error=error,
                 selection=rule,
                 hp_at_edge=bool(notes[j].get("at_edge", [])),
+                hp_edge=",".join(notes[j].get("at_edge", [])),
+                cv_accuracy=_nan_if_none(notes[j].get("cv_accuracy")),
+                cv_loss=_nan_if_none(notes[j].get("cv_loss")),
+                **{PARAMETER_PREFIX + k: v for k, v in used.items()},
                 online_error=online_error,
             )
         )
@@ -320,7 +330,7 @@ def _select(ctx: Context, spec: TransferSpec, method: str, X, y, ids, start) -> 
     for lo in range(0, len(cs), step):
         e = slice(lo, lo + step)
         s_, f_ = ss[e], fs[e]
-        out = METHODS[method].fit(
+        out = method_info(method).fit(
             ctx,
             X[s_[:, None], trn[s_, f_]],
             y[s_[:, None], trn[s_, f_]],
@@ -365,6 +375,25 @@ def _select(ctx: Context, spec: TransferSpec, method: str, X, y, ids, start) -> 
             }
         )
     return chosen, notes
+
+
+def _nan_if_none(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _typed(column: pd.Series) -> pd.Series:
+    """A parameter column with one type: nullable integers, floats, booleans or strings (empty on
+    the rows of methods without the setting)."""
+    present = column.dropna()
+    if present.map(lambda v: isinstance(v, bool)).all() and len(present):
+        return column.astype("boolean")
+    if present.map(lambda v: isinstance(v, int) and not isinstance(v, bool)).all() and len(present):
+        return column.astype("Int64")
+    if present.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all():
+        return column.astype("float64")
+    return column.map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)).astype(
+        "string"
+    )
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..config.seeding import task_identity, torch_generator
+from ..config.seeding import task_identity, torch_generator, transfer_identity
 from ..config.specs import ConfigError, RunSpec
 from ..data import synthetic as data
 from ..io.files import InputError
@@ -26,23 +26,19 @@ def pretrain_task(run_spec: RunSpec, seed: int):
     return data.make_task(run_spec.task, *task_identity(run_spec, seed))
 
 
-def downstream_identity(run_spec: RunSpec, seed: int, downstream: str) -> tuple:
-    return (*task_identity(run_spec, seed), "transfer", downstream)
-
-
 def train_generator(run_spec: RunSpec, seed: int, downstream: str, n: int) -> torch.Generator:
     """The n training samples of (seed, n): the same for every method."""
-    return torch_generator(*downstream_identity(run_spec, seed, downstream), n, "train")
+    return torch_generator(*transfer_identity(run_spec, seed, downstream), n, "train")
 
 
 def heldout_generator(run_spec: RunSpec, seed: int, downstream: str) -> torch.Generator:
     """The test set of (seed, downstream): the same for every method and every n."""
-    return torch_generator(*downstream_identity(run_spec, seed, downstream), "test")
+    return torch_generator(*transfer_identity(run_spec, seed, downstream), "test")
 
 
 def fit_identity(run_spec: RunSpec, seed: int, downstream: str, method: str, n: int) -> tuple:
     """Identity of a method's own randomness (initialisation, minibatch order, folds)."""
-    return (*downstream_identity(run_spec, seed, downstream), method, n, "fit")
+    return (*transfer_identity(run_spec, seed, downstream), method, n, "fit")
 
 
 def draw(task, n: int, gen: torch.Generator, split: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +78,7 @@ def make_downstream_tasks(run_spec: RunSpec, seed: int, spec: TransferSpec, base
 
 
 def _synthetic_transfer(run_spec: RunSpec, seed: int, spec: TransferSpec, base: data.GroupSparseTask):
-    gen = torch_generator(*downstream_identity(run_spec, seed, "transfer"), "direction")
+    gen = torch_generator(*transfer_identity(run_spec, seed, "transfer"), "direction")
     if spec.angle_deg is None:
         directions = torch.randn(base.directions.shape, generator=gen, dtype=torch.float64)
         directions = directions / directions.norm(dim=1, keepdim=True)
@@ -114,7 +110,7 @@ def _moved_j_star(run_spec: RunSpec, seed: int, relevant: torch.Tensor) -> int:
             f"transfer.downstream: negative_control moves j* to a group outside the relevant set, "
             f"but all D={D} groups are relevant; drop negative_control or lower task.relevant_groups"
         )
-    gen = torch_generator(*downstream_identity(run_spec, seed, "negative_control"), "j_star")
+    gen = torch_generator(*transfer_identity(run_spec, seed, "negative_control"), "j_star")
     return others[int(torch.randint(len(others), (1,), generator=gen))]
 
 
