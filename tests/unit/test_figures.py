@@ -4,10 +4,10 @@ panels, and no panel shows only censored markers (it is named in the title inste
 from __future__ import annotations
 
 import pandas as pd
+from schema_settings import settings
 from test_scaling import synthetic_trajectories
 
 from groupsparse.analysis.claims import analyse
-from groupsparse.analysis.scaling_laws import Settings
 from groupsparse.figures import pyplot, runs, scaling
 
 
@@ -19,7 +19,11 @@ def test_convergence_is_split_with_at_most_12_panels_and_no_all_censored_panel()
     # 4 levels of d x (3 thresholds + 3 theorem targets); d = 40 never trains long enough for 0.99
     parts = [synthetic_trajectories(3.0, D_grid=(4, 8, 16), seeds=2, d=d, seed=d) for d in (5, 10, 20)]
     slow = synthetic_trajectories(3.0, D_grid=(4, 8, 16), seeds=2, d=40, c=50.0, budget=300, seed=40)
-    a = analyse(pd.concat(parts + [slow]), None, Settings(n_boot=50, loss_target=None, thresholds=(0.5, 0.9, 0.99)))
+    a = analyse(
+        pd.concat(parts + [slow]),
+        None,
+        settings(n_boot=50, loss_target=None, thresholds=(0.5, 0.9, 0.99), target_c=(0.1, 0.125, 0.15)),
+    )
     records = [r for r in a.fits if r.analysis == "convergence_time"]
     assert len(records) > 12  # the old single figure would have had them all
     censored_only = [r for r in records if r.points["censored"].astype(bool).all()]
@@ -30,7 +34,7 @@ def test_convergence_is_split_with_at_most_12_panels_and_no_all_censored_panel()
         assert 0 < len(panels) <= scaling.MAX_PANELS
         title = fig._suptitle.get_text()
         for r in censored_only:
-            if bool(r.descriptive) == descriptive:
+            if ("c" not in r.group) == descriptive:
                 assert "only censored seeds not drawn" in title and "d=40" in title
         pyplot().close(fig)
 

@@ -393,5 +393,8 @@ def written_files():
 
 _problem = outputs.wrong_type_problem(R, written_files())
 if _problem:
-    raise WorkflowError(f"cannot run the study: {_problem}")
+    print(f"snakemake: cannot run the study: {_problem}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+# every check passed: the folder now belongs to this config file
+preflight.record_owner(R, workflow.configfiles)
 STUDY_FILE = str(io.content_file(f"{R}/specs", "study", STUDY_JSON))

@@ -231,7 +231,12 @@ def read_parquet(path):
 def read_provenance(path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
-    meta = pq.read_schema(path).metadata or {}
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise InputError(
+            f"{path}: not a readable Parquet table ({exc}); delete it and rerun the rule that makes it"
+        ) from exc
     if PROVENANCE_KEY not in meta:
         raise InputError(f"{path}: has no groupsparse provenance metadata")
     return json.loads(meta[PROVENANCE_KEY])

@@ -275,24 +275,36 @@ def _check_study(config, schema, config_files, results) -> dict:
 OWNER_FILE = "study_config.json"
 
 
-def results_owner_problem(results: str | os.PathLike, config_files=()) -> str | None:
-    """None if ``results`` belongs to these config files (recorded in results/<study>/study_config.json
-    on first use), else why not: a copied config that kept its study_name must never silently
-    replace another config's results. Editing a setting in the same file is fine."""
+def _shown_paths(config_files) -> list[str]:
+    def shown(path) -> str:
+        path = Path(path).resolve()
+        return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+    return [shown(p) for p in config_files]
+
+
+def record_owner(results: str | os.PathLike, config_files=()) -> None:
+    """Record, once, which config files own ``results`` (after every parse-time check passed)."""
     import json
 
     from ..io.files import write_text_atomic
 
-    def shown_path(path) -> str:
-        path = Path(path).resolve()
-        return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+    owner = Path(results) / OWNER_FILE
+    if not owner.exists():
+        write_text_atomic(owner, json.dumps({"config_files": _shown_paths(config_files)}, indent=1) + "\n")
 
-    files = [shown_path(p) for p in config_files]
+
+def results_owner_problem(results: str | os.PathLike, config_files=()) -> str | None:
+    """None if ``results`` belongs to these config files (recorded in results/<study>/study_config.json
+    on first use by :func:`record_owner`), else why not: a copied config that kept its study_name
+    must never silently replace another config's results. Editing a setting in the same file is fine."""
+    import json
+
+    files = _shown_paths(config_files)
     owner = Path(results) / OWNER_FILE
     try:
         recorded = json.loads(owner.read_text())["config_files"]
     except FileNotFoundError:
-        write_text_atomic(owner, json.dumps({"config_files": files}, indent=1) + "\n")
         return None
     except (OSError, ValueError, KeyError, TypeError):
         return f"{owner}: unreadable; delete it to let {', '.join(files) or 'this config'} own {results}"
