@@ -25,6 +25,8 @@ def test_the_pretrain_spec_json_of_every_run_is_what_d2e0e94_wrote(configfile, t
     config = yaml.safe_load((REPO / configfile).read_text())
     runs = preflight.check_study(config, SCHEMA, config_files=[str(REPO / configfile)], results=str(tmp_path))
     now = {name: hashlib.sha256(run.spec_json.encode()).hexdigest() for name, run in runs.items()}
-    assert sorted(now) == sorted(RECORDED[configfile])
-    changed = sorted(name for name in now if now[name] != RECORDED[configfile][name])
+    # a config may gain runs (configs/theorem.yaml's second batch check); none recorded may vanish
+    missing = sorted(set(RECORDED[configfile]) - set(now))
+    assert missing == [], f"runs gone: {missing[:5]}"
+    changed = sorted(name for name in RECORDED[configfile] if now[name] != RECORDED[configfile][name])
     assert changed == [], f"the pretraining spec JSON changed for {changed[:5]}"

@@ -54,6 +54,11 @@ def out_of_sample_figure(traj: pd.DataFrame, predictions: pd.DataFrame | None, k
         ax.axvline(fit_max, color="0.6", ls=":", lw=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        # the measured and predicted D as plain numbers (log-axis labels like 3x10^1 overlap)
+        ticks = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata() if np.isfinite(x) and x > 0})
+        ticks = [D for D in ticks if D in (4, 8, 16, 24, 32, 48, 64, 128)] or ticks
+        ax.set_xticks(ticks, [str(D) for D in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("D (groups)")
         ax.set_ylabel("1 - min attention")
         ax.set_title(f"d = {d}, steps {kappa:g} D^3", fontsize=9)

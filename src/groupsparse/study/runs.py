@@ -162,13 +162,15 @@ def expand(config: dict, checked: bool = False) -> dict[str, Run]:
                     "dtype": scaling.get("dtype"),
                 }
                 runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
-        check = scaling.get("batch_check")
-        if check:  # the same (d, D) at other batches, pretraining only (docs/STUDY.md section 6.4)
+        checks = scaling.get("batch_check") or []
+        checks = checks if isinstance(checks, list) else [checks]
+        for i, check in enumerate(checks):  # the same (d, D) at other batches, pretraining only (section 6.4)
+            where = "scaling.batch_check" + (f"[{i}]" if isinstance(scaling["batch_check"], list) else "")
             d = check["d"]
             Ds = check["D"] if isinstance(check["D"], list) else [check["D"]]
             stray = sorted(set(Ds) - set(scaling["D_grid"]))
             if stray:
-                raise ConfigError(f"scaling.batch_check.D: {stray} not in scaling.D_grid {scaling['D_grid']}")
+                raise ConfigError(f"{where}.D: {stray} not in scaling.D_grid {scaling['D_grid']}")
             for D in Ds:
                 for b in check["batches"]:
                     name = f"scale_d{d}_D{D}_batch{b}"
@@ -179,7 +181,7 @@ def expand(config: dict, checked: bool = False) -> dict[str, Run]:
                         "transfer": {"enabled": False},
                         "dtype": scaling.get("dtype"),
                     }
-                    runs[name] = _make_run(config, name, entry, "scaling", f"scaling.batch_check[{b}]", f"batch{b}")
+                    runs[name] = _make_run(config, name, entry, "scaling", f"{where}.batches[{b}]", f"batch{b}")
         stability = scaling.get("stability")
         if stability:  # ordinary training (autograd, a perturbed start) at every D of the grid
             d = stability["d"]
