@@ -194,9 +194,57 @@ def claims_section(tables: Path) -> str:
     if not path.exists():
         return ""
     c = io.read_parquet(path)
-    cols = [k for k in ("claim", "prediction", "measured", "low", "high", "verdict") if k in c]
+    cols = [k for k in ("claim", "prediction", "measured", "low", "high", "verdict", "power", "alternative") if k in c]
     rows = [[str(r[k]) if isinstance(r[k], str) else r[k] for k in cols] for _, r in c.iterrows()]
     return _table(cols, rows)
+
+
+def predictions_section(tables: Path) -> str:
+    """The out-of-sample predictions (fitted on D <= fit_D_max alone), as the predict rule wrote them."""
+    path = tables / "predictions.parquet"
+    if not path.exists():
+        return ""
+    p = io.read_parquet(path)
+    cols = [
+        k
+        for k in ("d", "kappa", "law", "D", "step", "rest", "rest_low", "rest_high", "lack_of_fit_p", "batch")
+        if k in p
+    ]
+    return _table(cols, [[r[k] for k in cols] for _, r in p.iterrows()]) if cols else ""
+
+
+def settings_section(results: Path) -> str:
+    """The settings the numbers above were made with, read from the run's provenance (its config with
+    the schema's defaults filled in), so that no page types them by hand."""
+    path = results / "provenance.json"
+    if not path.exists():
+        return ""
+    study = json.loads(path.read_text()).get("study") or {}
+    specs = json.loads(path.read_text()).get("run_specs") or {}
+    rows = []
+    for name, entry in (study.get("tasks") or {}).items():
+        pre = (specs.get(name) or {}).get("pretrain") or {}
+        tr = {**(study.get("transfer") or {}), **((entry or {}).get("transfer") or {})}
+        rows.append(
+            [
+                name,
+                pre.get("steps", ""),
+                pre.get("batch", ""),
+                (specs.get(name) or {}).get("dtype", ""),
+                tr.get("test_size", "") if tr.get("enabled", True) else "transfer off",
+                tr.get("selection", "") if tr.get("enabled", True) else "",
+                ", ".join(map(str, tr.get("sizes") or [])) if tr.get("enabled", True) else "",
+            ]
+        )
+    seeds = (study.get("pretrain") or {}).get("seeds", "")
+    text = _table(["task", "steps", "batch", "dtype", "transfer test_size", "tuning rule", "n"], rows) if rows else ""
+    return (
+        f"Study `{study.get('study_name')}`, study seed {study.get('study_seed')}, {seeds} seeds per task, "
+        f"device {study.get('device')}. Intervals: a t interval over seeds for a mean (clipped to a "
+        "bounded metric's range); a bootstrap-t interval (seeds resampled within levels) for a fitted "
+        "slope, plane or crossing n*; prediction intervals for the out-of-sample test "
+        "(docs/STUDY.md section 7).\n\n" + text
+    )
 
 
 def overhead_section(results: Path, wall: float | None, cores: int) -> str:
@@ -262,6 +310,10 @@ def write_snapshot(results: Path, docs: Path, out: Path, wall_seconds: float | N
         "",
         "**Run time.** " + overhead_section(results, wall_seconds, cores),
         "",
+        "## Settings (from the run's provenance)",
+        "",
+        settings_section(results),
+        "",
         "## Pretraining (final step, mean over seeds)",
         "",
         pretrain_section(tables),
@@ -275,6 +327,9 @@ def write_snapshot(results: Path, docs: Path, out: Path, wall_seconds: float | N
     grid = grid_section(tables)
     if grid:
         parts += ["## Sample complexity over the (d, D) grid", "", grid, ""]
+    preds = predictions_section(tables)
+    if preds:
+        parts += ["## Out-of-sample predictions (fitted on the small-D runs alone)", "", preds, ""]
     claims = claims_section(tables)
     if claims:
         parts += ["## Claims (verdicts by the rule in `groupsparse.analysis.stats`)", "", claims, ""]
