@@ -137,7 +137,10 @@ def population_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
     # an approximation of population GD but a different dynamics (at D >= 24, eta = 0.5, small
     # batches blow up): the extrapolation leaves it out, and says so.
     first = f"steps until min attention >= 1 - exp(-{min(s.target_c):g} D)"
-    failed = q[(q["quantity"] == first) & q["censored"]]
+    failed = q[(q["quantity"] == first) & q["censored"]][["d", "D", "batch"]]
+    scaled = traj[(traj["role"] == "scaling") & traj["variant"].fillna("").astype(str).str.match(r"^(batch\d+)?$")]
+    if "status" in scaled.columns and "batch" in scaled.columns:
+        failed = pd.concat([failed, scaled.loc[scaled["status"] == "diverged", ["d", "D", "batch"]]])
     unstable = {(int(d), int(D)): sorted({int(b) for b in h["batch"]}) for (d, D), h in failed.groupby(["d", "D"])}
     for (d, D, what), g in q.groupby(["d", "D", "quantity"], sort=True):
         left_out = unstable.get((int(d), int(D)), [])
