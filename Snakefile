@@ -34,10 +34,13 @@ rule all:
 # estimate comes from the cost model calibrated on this machine (groupsparse.costs.calibrate).
 onstart:
     check_slurm_accounting()
-    print(
-        calibrate.study_estimate_line(RUNS, config, workflow.cores, R),
-        file=sys.stderr,
-    )
+    if (
+        local_cores() is not None
+    ):  # a cluster run has no total of cores: each job asks for its own
+        print(
+            calibrate.study_estimate_line(RUNS, config, local_cores(), R),
+            file=sys.stderr,
+        )
 
 
 onsuccess:

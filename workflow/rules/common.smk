@@ -280,6 +280,14 @@ def transfer_table_files():
     )
 
 
+def local_cores():
+    """snakemake's --cores on a local run; None under a cluster executor, which has no total."""
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return None
+
+
 CONDA_ENV = "../envs/groupsparse.yaml"
 
 
