@@ -63,22 +63,18 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
             if D_top == D_max
             else f"; largest at D = {D_top}, below it at D = {D_max}"
         )
-        row = _claim(
+        row = _descriptive_log_row(
             f"min attention reaches 1 - exp(-{c:g} D) within kappa D^3 steps for every D <= {D_max} (d = {d})"
             + _post_hoc(s),
             "T* = Theta(D^3): a sufficient time with a hidden constant; the measured D give the constant they need",
-            None,
-            math.exp(m),
-            math.exp(lo) if np.isfinite(lo) else math.nan,
-            math.exp(hi) if np.isfinite(hi) else math.nan,
+            (m, lo, hi),
             blocker,
             f"d = {d}, c = {c:g}{_post_hoc(s)}, {batch}; T_c(D) / D^3 (geometric mean over seeds) per level: {ratios}; "
             f"interval: the seeds' t interval at D = {D_top}",
             "bound_constant",
             int(sum(L[-1] for L in levels)),
-            settings={"d": int(d)},
+            {"d": int(d)},
         )
-        row["verdict"] = "inconclusive" if blocker else "descriptive"
         row["why"] = blocker or (
             f"reached within kappa D^3 steps for every D <= {D_max}, kappa = {math.exp(m):.3g} "
             f"[{math.exp(lo):.3g}, {math.exp(hi):.3g}]{still}"
@@ -170,29 +166,33 @@ def population_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
         grid_b = grid_batches[0] if grid_batches else max(batches)
         diff = mean_interval(Y[:, batches.index(grid_b)] - limit)
         per_batch = "; ".join(f"batch {b}: {math.exp(float(np.mean(wide[b]))):.4g}" for b in batches)
-        blocker = ""
-        row = _claim(
+        row = _descriptive_log_row(
             f"{what} at batch -> infinity (population gradient descent; d = {d}, D = {D})",
             "the theorem is about population gradient descent; a batch only approximates it",
-            None,
-            math.exp(m),
-            math.exp(lo) if np.isfinite(lo) else math.nan,
-            math.exp(hi) if np.isfinite(hi) else math.nan,
-            blocker,
+            (m, lo, hi),
+            "",
             f"d = {d}, D = {D}; per seed, log value linear in 1/batch over batches {', '.join(map(str, batches))}, "
             f"read at 1/batch = 0; t interval over {len(wide)} seeds (paired: each seed's own line); geometric means "
             f"{per_batch}; batch {grid_b} minus the limit (log): {diff[0]:.3g} [{diff[1]:.3g}, {diff[2]:.3g}]{note}",
             "population_limit",
             int(len(wide)),
-            settings={"d": int(d), "D": int(D)},
+            {"d": int(d), "D": int(D)},
         )
-        row["verdict"] = "inconclusive" if blocker else "descriptive"
-        row["why"] = blocker or (
+        row["why"] = (
             f"at batch -> infinity {math.exp(m):.4g} [{math.exp(lo):.4g}, {math.exp(hi):.4g}]; at batch {grid_b} "
             f"{math.exp(float(np.mean(wide[grid_b]))):.4g}"
         )
         rows.append(row)
     return rows
+
+
+def _descriptive_log_row(claim, theory, log_interval, blocker, config, analysis, n, settings) -> dict:
+    """A claims row for a quantity estimated on the log scale (a constant, a limit): the interval back
+    on the natural scale, verdict "descriptive" (no prediction to test), or "inconclusive" if blocked."""
+    m, lo, hi = (math.exp(v) if np.isfinite(v) else math.nan for v in log_interval)
+    row = _claim(claim, theory, None, m, lo, hi, blocker, config, analysis, n, settings=settings)
+    row["verdict"] = "inconclusive" if blocker else "descriptive"
+    return row
 
 
 def _blocked_row(what: str, d: int, D: int, batches: list[int], why: str) -> dict:
