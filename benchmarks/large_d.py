@@ -1,10 +1,11 @@
 """The large-D rows of the benchmark (issue 23): the theorem test's step at d = 10, batch 512, 5 seeds.
 
 Today's step (the general kernel: ``fastpath.SYMMETRIC_KERNEL`` off, the reference) and the step on
-the symmetric subspace (``symmetric.py``) are timed side by side, interleaved, on two Trainers of
-the same spec; then a profile of each (draw, scores, softmax and exponentials, backward, descent)
-with each part's FLOPs and bytes, the CPU-hours of the D = 64 point (5 seeds x 2 D^3 steps), the
-share of a run's time its recording takes, and the cost of the theorem config's batch sweep.
+the symmetric subspace (``symmetric.py``; float32 on a CPU: its per-sample loops) are timed side by
+side, interleaved, on two Trainers of the same spec; then a profile of each (draw, the kernel's
+parts, descent) with each part's FLOPs and bytes, the CPU-hours of the D = 64 point (5 seeds x 2 D^3
+steps), the share of a run's time its recording takes, and the cost of the theorem config's batch
+sweep.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
             med = {who: statistics.median(t) / args.steps / SEEDS for who, t in ts.items()}
             per_seed_step[(dtype, D)] = best
             dense = fastpath.dense_flops(BATCH, D, d)
-            own = {"today": fastpath.kernel_flops(BATCH, D, d), "symmetric": symmetric.flops(BATCH, D, d)}
+            loops = symmetric.takes_loops(getattr(torch, dtype), "cpu")  # float32: the per-sample loops
+            own = {"today": fastpath.kernel_flops(BATCH, D, d), "symmetric": symmetric.flops(BATCH, D, d, loops)}
             for who in trainers:
                 rate, dense_rate = own[who] / best[who] / 1e9, dense / best[who] / 1e9
                 table.add(
@@ -147,6 +149,8 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
         _, grads = tr.step_grads(drawn)
     W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
     seeds = range(SEEDS)
+    if symmetric.takes_loops(tr.dtype, tr.device):
+        return _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads)
     XA = [symmetric.scores(W[s], v[s], drawn[s][0], P, sc) for s in seeds]
     S = [symmetric.softmax(A.clone()) for _, A, _ in XA]  # in place: the scores stay for the softmax's timing
     active = torch.ones(SEEDS, dtype=torch.bool)
@@ -192,6 +196,72 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
                 if name == "whole step"
                 else ""
             )
+            + ("; % ceiling by this part's own FLOPs" if name not in ("draw", "whole step") else ""),
+        )
+    _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)
+
+
+def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads):
+    """The float32 step's parts: the draw, the per-sample loops (one numba call a seed), the products
+    around them (the kernel with its loops stubbed out), the descent; FLOPs by ``loops_phase_costs``."""
+    import math
+
+    from groupsparse.model import cpu, symmetric, symmetric_loops
+
+    tr = trainers["symmetric"]
+    W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
+    active = torch.ones(SEEDS, dtype=torch.bool)
+    m, H, c = d + D, BATCH // 2, sc / math.log(2.0)
+
+    def loop_inputs(s):
+        X, y = drawn[s]
+        GU = (torch.cat([W[s][:d, :d] * c, v[s][None, :d]]) @ X.reshape(d, D * H)).view(d + 1, D, H)
+        CT = (P @ W[s][d:, d:] @ P.T) * c
+        outs = torch.empty(d, D, H), torch.zeros(d), torch.zeros(D, D)
+        return [t.numpy() for t in (X, GU, CT, y, *outs)]
+
+    inputs = [loop_inputs(s) for s in range(SEEDS)]
+    costs = symmetric.loops_phase_costs(BATCH, D, d)
+    real_loops = symmetric_loops.loss_and_rows
+
+    def products():  # the kernel with its loops left out: what runs around them
+        symmetric_loops.loss_and_rows = lambda *a: 0.0
+        try:
+            for s in range(SEEDS):
+                symmetric.loss_and_grads(W[s], v[s], *drawn[s], P, sc)
+        finally:
+            symmetric_loops.loss_and_rows = real_loops
+
+    parts = {
+        "draw": (tr.draw, (0, 4 * d * D * H)),
+        "loops": (lambda: [real_loops(*inputs[s]) for s in range(SEEDS)], costs["loops"]),
+        "products around the loops": (products, costs["products"]),
+        "descent": (lambda: tr.descend(grads, active), (2 * (m * m + m), 3 * 4 * (m * m + m))),
+        "whole step": (lambda: tr.step(active), (symmetric.flops(BATCH, D, d, True), None)),
+    }
+
+    def timed(fn):
+        def run():
+            with cpu.denormals_flushed():
+                for _ in range(args.steps):
+                    fn()
+
+        return run
+
+    with symmetric_kernel(True):
+        ts = timed_blocks({k: timed(fn) for k, (fn, _) in parts.items()}, args.repeats)
+    best = {k: min(t) / args.steps / SEEDS for k, t in ts.items()}
+    for name, (_, (fl, by)) in parts.items():
+        t = best[name]
+        table.add(
+            "profile",
+            f"symmetric (float32 loops), D = {D}: {name}",
+            t * 1e3,
+            "ms/seed-step",
+            fl / t / 1e9 if fl else None,
+            ceiling if fl else None,
+            note=f"{fl / 1e6:.2f} MFLOP"
+            + (f", {by / 1e6:.2f} MB: {by / t / 1e9:.1f} GB/s" if by else "")
             + ("; % ceiling by this part's own FLOPs" if name not in ("draw", "whole step") else ""),
         )
     _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)

@@ -131,6 +131,9 @@ def test_flop_model_adds_up():
     H = B // 2  # the two products with X of the scores and the rows of the gradient dominate
     assert symmetric.flops(B, D, d) > H * (2 * d * D * D + 2 * (2 * d + 1) * D * D)
     assert symmetric.flops(B, D, d) < fastpath.dense_flops(B, D, d) / 10
+    loops = symmetric.loops_phase_costs(B, D, d)  # the float32 loops: the two products with X, fewer passes
+    assert symmetric.flops(B, D, d, loops=True) == sum(f for f, _ in loops.values())
+    assert H * 4 * d * D * D < symmetric.flops(B, D, d, loops=True) < symmetric.flops(B, D, d)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -142,3 +145,38 @@ def test_cuda_symmetric_kernel_matches_cpu():
         assert torch.allclose(g.cpu(), w, rtol=1e-10, atol=1e-12 * float(w.abs().max()))
     _, gW, gv = got
     assert not gW[:10, 10:].any() and not gW[10:, :10].any() and not gv[10:].any()
+
+
+@pytest.mark.parametrize("d,D,H,scale", [(10, 24, 40, 1.0), (3, 33, 17, 0.3), (1, 24, 5, 1.0), (8, 32, 64, 0.5)])
+def test_float32_loops_equal_float64_to_float32_rounding(d, D, H, scale, monkeypatch):
+    """The per-sample loops (float32 on a CPU; d a multiple of 4 or not, H not a multiple of the block,
+    D odd) against the float64 torch path: float32's rounding, exact zeros off the Wff, Wpp, v1 blocks;
+    and no further from float64 than the float32 torch path."""
+    W, v, X, y, P = subspace_inputs(d, D, H)
+    want = symmetric.loss_and_grads(W, v, X, y, P, scale)
+    args32 = [t.float() for t in (W, v, X, y, P)]
+    assert symmetric.takes_loops(torch.float32, "cpu")
+    calls = []
+    real = symmetric._loss_and_grads_loops
+    monkeypatch.setattr(symmetric, "_loss_and_grads_loops", lambda *a: calls.append(1) or real(*a))
+    got = symmetric.loss_and_grads(*args32, scale)
+    assert calls == [1]
+    monkeypatch.setattr(symmetric, "LOOPS", False)
+    torch32 = symmetric.loss_and_grads(*args32, scale)
+    for g, t, w in zip(got, torch32, want):
+        assert g.dtype == torch.float32
+        err, err_torch = (float((a.double() - w).abs().max() / w.abs().max()) for a in (g, t))
+        assert err < 3e-6 and err < 4 * err_torch + 1e-7, (err, err_torch)
+    _, gW, gv = got
+    assert not gW[:d, d:].any() and not gW[d:, :d].any() and not gv[d:].any()
+
+
+def test_exp2_polynomial_within_float32_rounding():
+    from groupsparse.model import symmetric_loops
+
+    x = torch.linspace(-130, 0, 200001, dtype=torch.float64)
+    got = torch.from_numpy(symmetric_loops.exp2_shifted(x.float().numpy())).double()
+    want = torch.exp2(x.float().double())
+    normal = want >= 2.0**-126
+    assert float(((got - want).abs() / want)[normal].max()) < 3e-7
+    assert float(got[~normal].max()) <= 2.0**-125  # below float32's normals: at most the smallest normal

@@ -18,6 +18,11 @@ The gradients of Wfp, Wpf and v2 are returned as exact zeros, which is what the 
 in float32 and float64, on a CPU or a GPU. Each seed runs the same operations on the same shapes
 alone or among others, so batched seeds give the bits of single-seed runs.
 
+float32 on a CPU takes another form of the same step (``LOOPS``, ``symmetric_loops.py``): one numba
+loop per sample whose (D, D) block never leaves the L1 cache, between two products over all samples
+(its FLOPs: ``loops_phase_costs``). At d = 10, batch 512 it is 1.3-1.5x this module's torch form
+at D = 32 and 64 (benchmarks/README.md).
+
 FLOP count per sample (H = B/2 of them), counting a multiply-add as 2 and an exponential as 1,
 what the kernel executes: Q = X Wff and u = X v1 2 D d (d + 1), scores 2 d D^2, constant block
 D^2, softmax 5 D^2 (max, subtract, exp, sum, divide); backward: u X d D, the one product with S
@@ -28,12 +33,43 @@ of dL/dA 3 D^2: ``flops``, by phase ``phase_costs``.
 
 from __future__ import annotations
 
+import math
+import threading
+
 import torch
 
+# float32 on a CPU: the per-sample numba loops (``symmetric_loops``); off: the batched torch products
+# below (what float64 and GPU runs take)
+LOOPS = True
+_LOG2E = 1.0 / math.log(2.0)
 
-def flops(B: int, D: int, d: int) -> int:
-    """FLOPs this kernel executes for one seed and step with an antithetic batch of B samples."""
-    return sum(f for f, _ in phase_costs(B, D, d, 4).values())
+
+def flops(B: int, D: int, d: int, loops: bool = False) -> int:
+    """FLOPs this kernel executes for one seed and step with an antithetic batch of B samples
+    (``loops``: the per-sample loops of float32 on a CPU, ``loops_phase_costs``)."""
+    parts = loops_phase_costs(B, D, d) if loops else phase_costs(B, D, d, 4)
+    return sum(f for f, _ in parts.values())
+
+
+def takes_loops(dtype: torch.dtype, device: torch.device | str) -> bool:
+    """Whether ``loss_and_grads`` runs the per-sample loops for samples of this dtype and device."""
+    return LOOPS and torch.device(device).type == "cpu" and dtype == torch.float32
+
+
+def loops_phase_costs(B: int, D: int, d: int) -> dict[str, tuple[int, int]]:
+    """(FLOPs, bytes moved) of the per-sample loops' step (``symmetric_loops``) for one seed and step.
+
+    ``products``, outside the loops: [Ws; v1] X (Wff x_j and the values u) 2 d (d + 1) D per sample,
+    the Wff gradient (T^T X summed) 2 d^2 D per sample, the position blocks' two D x D products on
+    each side 8 D^3 per step. ``loops``, per sample: scores 2 d D^2 (the constant block is the sums'
+    start), their maximum D^2, softmax 4 D^2 (subtract, exp2 counted as 1, sum, scale), ubar and the
+    mass r 3 D^2, dL/dA 3 D^2 and its sum D^2, T^T 2 d D^2, the v1 gradient 2 d D. Bytes: the samples,
+    [Ws; v1] X and the rows T^T each cross memory twice; a sample's (D, D) block stays in L1."""
+    H, s = B // 2, 4
+    return {
+        "loops": (H * (4 * d * D * D + 12 * D * D + 2 * d * D), s * H * 2 * (3 * d + 1) * D),
+        "products": (H * (2 * d * (d + 1) * D + 2 * d * d * D) + 8 * D**3, s * H * 2 * (3 * d + 1) * D),
+    }
 
 
 def phase_costs(B: int, D: int, d: int, itemsize: int) -> dict[str, tuple[int, int]]:
@@ -97,8 +133,58 @@ def loss_and_grads(W, v, Xi, y, P, scale: float = 1.0):
     Arguments as ``fastpath.seed_loss_and_grads`` with ``antithetic``: Xi (d, D, H) is the first
     half of the batch [X, -X], y (H,) its labels. The caller checks ``on_subspace``.
     """
+    if LOOPS and Xi.device.type == "cpu" and Xi.dtype == torch.float32:
+        return _loss_and_grads_loops(W, v, Xi, y, P, scale)
     X, A, u = scores(W, v, Xi, P, scale)
     return backward(W, v, X, softmax(A), u, y, P, scale)
+
+
+def _loss_and_grads_loops(W, v, Xi, y, P, scale: float):
+    """``loss_and_grads`` through ``symmetric_loops`` (float32 on a CPU): [Ws; v1] X as one product,
+    one numba loop per sample, then the Wff gradient as one product over the rows it writes and the
+    position block's P^T (.) P. Buffers are kept per thread and shape (seed workers run in parallel)."""
+    from . import symmetric_loops
+
+    d, D, H = Xi.shape
+    m = d + D
+    c = scale * _LOG2E  # the loops' scores are in base 2
+    buf = _loop_buffers(d, D, H)
+    Xi = Xi.contiguous()
+    Wv, GU, CT, tmp = buf["Wv"], buf["GU"], buf["CT"], buf["tmp"]
+    torch.mul(W[:d, :d], c, out=Wv[:d])
+    Wv[d] = v[:d]
+    torch.mm(Wv, Xi.view(d, D * H), out=GU.view(d + 1, D * H))
+    torch.mm(P, W[d:, d:], out=tmp)
+    torch.mm(tmp, P.T, out=CT)  # [key i, query j], times c below
+    CT.mul_(c)
+    loss = symmetric_loops.loss_and_rows(
+        Xi.numpy(), GU.numpy(), CT.numpy(), y.contiguous().numpy(), *(buf[k].numpy() for k in ("TT", "gv1", "ppT"))
+    )
+    gW = torch.zeros(m, m, dtype=W.dtype)
+    torch.mm(buf["TT"].view(d, D * H), Xi.view(d, D * H).T, out=buf["gff"])
+    torch.mul(buf["gff"], scale, out=gW[:d, :d])
+    torch.mm(P.T, buf["ppT"], out=tmp)
+    torch.mm(tmp, P, out=buf["gpp"])
+    torch.mul(buf["gpp"], scale, out=gW[d:, d:])
+    gv = torch.zeros(m, dtype=v.dtype)
+    gv[:d] = buf["gv1"]
+    return torch.tensor(loss, dtype=W.dtype), gW, gv
+
+
+_loop_workspace = threading.local()
+
+
+def _loop_buffers(d: int, D: int, H: int) -> dict[str, torch.Tensor]:
+    """float32 buffers of ``_loss_and_grads_loops`` for this thread (only the last shape is kept)."""
+    key = (d, D, H)
+    if getattr(_loop_workspace, "key", None) != key:
+        shapes = {
+            "Wv": (d + 1, d), "GU": (d + 1, D, H), "CT": (D, D), "tmp": (D, D), "TT": (d, D, H),
+            "gv1": (d,), "ppT": (D, D), "gff": (d, d), "gpp": (D, D),
+        }  # fmt: skip
+        _loop_workspace.buffers = {k: torch.empty(s, dtype=torch.float32) for k, s in shapes.items()}
+        _loop_workspace.key = key
+    return _loop_workspace.buffers
 
 
 def softmax(A: torch.Tensor) -> torch.Tensor:
