@@ -116,7 +116,8 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
         run.transfer = {k: v for k, v in tr.items() if k not in GRID_KEYS}
         _check_sizes(run.sizes, f"{where}.transfer", run.transfer.get("max_n"))
         try:
-            check_transfer(run.transfer)  # its messages already start with "transfer."
+            # the schema checked each merged section (study.preflight); the registry's rules remain
+            check_transfer(run.transfer, checked=True)  # its messages already start with "transfer."
         except ConfigError as exc:
             raise _prefixed(where, exc) from None
     return run

@@ -107,11 +107,12 @@ class TransferSpec:
         return config_hash(self.to_dict())
 
 
-def check_transfer(raw: Any, where: str = "transfer") -> None:
+def check_transfer(raw: Any, where: str = "transfer", checked: bool = False) -> None:
     """ConfigError naming ``<where>.<key>`` unless ``raw`` is a transfer section the jobs can trust:
-    the schema's ranges and enums (workflow/schemas/config.schema.yaml, the one home of those),
-    then what only the method registry knows (method names, each method's own settings)."""
-    problem = section_problem(raw, "transfer")
+    the schema's ranges and enums (workflow/schemas/config.schema.yaml, the one home of those;
+    skipped when ``checked``: a merge of sections the study's schema check passed), then what only
+    the method registry knows (method names, each method's own settings)."""
+    problem = None if checked else section_problem(raw, "transfer")
     if problem:
         raise ConfigError(f"{where}.{problem}" if not problem.startswith("(top level)") else f"{where}{problem[11:]}")
     raw = raw or {}
