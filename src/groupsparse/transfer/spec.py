@@ -15,7 +15,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config.schema import section_problem, study_schema
+from ..config.schema import schema_defaults, section_problem
 from ..config.specs import ConfigError, _check, _choice, config_hash
 from .methods import method as method_info
 from .methods import method_names
@@ -27,7 +27,7 @@ DEFAULT_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 GRID_KEYS = ("enabled", "methods", "sizes", "method_groups")
 # The schema's defaults of the transfer section (the rest below have none there: their absence from
 # a spec file is part of its hash, so a default added to the schema would rename every transfer spec).
-_SCHEMA = {k: p["default"] for k, p in study_schema()["$defs"]["transfer"]["properties"].items() if "default" in p}
+_SCHEMA = schema_defaults("transfer")
 
 
 @dataclass(frozen=True)
