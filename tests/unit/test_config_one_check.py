@@ -1,7 +1,7 @@
 """A setting passes one validation on its way from the YAML file to the job that uses it (issue 24).
 
 The study is checked at parse time (study.preflight.check_study); the workflow writes each job's
-spec file with a stamp of that check beside it (config.trust), and the job trusts a stamped file.
+spec file with a stamp of that check beside it (study.trust), and the job trusts a stamped file.
 A spec file without the stamp (written by hand) or with a stale one is validated by the job, so
 bad input still fails in one line naming the key. Every schema validation goes through
 config.schema.strict_validator; the tests count the validations whose instance holds a setting.
@@ -17,8 +17,8 @@ import pytest
 
 from groupsparse import cli
 from groupsparse.commands import _args
-from groupsparse.config import schema, trust
-from groupsparse.study import preflight
+from groupsparse.config import schema
+from groupsparse.study import preflight, trust
 
 from conftest import REPO, TINY_PATH, tiny_config, tiny_spec_dict
 

@@ -26,7 +26,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 class CheckedSpec(dict):
-    """A spec read from a file the workflow wrote from a study it had checked (config.trust): a job
+    """A spec read from a file the workflow wrote from a study it had checked (study.trust): a job
     trusts it, the parse-time check being its one validation."""
 
 
@@ -37,9 +37,9 @@ def is_checked(raw) -> bool:
 
 def load_spec_arg(text: str) -> dict:
     """A JSON object given inline, or as @path to a JSON/YAML file; a CheckedSpec when that file
-    carries the workflow's stamp (config.trust), else a plain dict that the command validates."""
+    carries the workflow's stamp (study.trust), else a plain dict that the command validates."""
     if text.startswith("@"):
-        from ..config import trust
+        from ..study import trust
 
         path = Path(text[1:])
         if not path.is_file():

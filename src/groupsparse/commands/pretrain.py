@@ -29,7 +29,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..config.specs import RunSpec
 
-    # the workflow's spec files passed the parse-time check (config.trust); any other is validated
+    # the workflow's spec files passed the parse-time check (study.trust); any other is validated
     # here, before importing torch: a bad setting fails in a fraction of a second
     spec = RunSpec.from_dict(args.spec, checked=is_checked(args.spec))
     from ..io import files as io

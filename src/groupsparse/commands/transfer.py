@@ -64,7 +64,7 @@ def run(args) -> int:
     unknown = sorted(set(raw) - {"run", "transfer"})
     if unknown:
         raise ConfigError(f"--spec.{unknown[0]}: unknown key; allowed: run, transfer")
-    checked = is_checked(raw)  # the workflow's spec files passed the parse-time check (config.trust)
+    checked = is_checked(raw)  # the workflow's spec files passed the parse-time check (study.trust)
     run_spec = RunSpec.from_dict(raw["run"], checked=checked)
     if not checked:
         check_transfer(raw.get("transfer"))  # the parse-time check, for a spec written by hand (torch-free, cheap)

@@ -20,7 +20,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from .schema import SCHEMA_PATH
+from ..config.schema import SCHEMA_PATH
+from ..io.files import content_file, write_text_atomic
 
 STAMP_SUFFIX = ".checked"
 
@@ -42,8 +43,6 @@ def _stamp(data: bytes) -> str:
 def write_checked(folder: str | Path, stem: str, text: str) -> Path:
     """The spec file ``folder/stem.<hash>.json`` holding ``text`` (io.files.content_file: its bytes are
     exactly ``text``) and its stamp. Call only with a spec built from a study that passed the parse-time check."""
-    from ..io.files import content_file, write_text_atomic
-
     path = content_file(folder, stem, text)
     stamp, where = _stamp(text.encode()), stamp_path(path)
     if not (where.is_file() and where.read_text() == stamp):
