@@ -15,7 +15,7 @@ from groupsparse.costs import calibrate  # torch-free: its probe runs in a subpr
 from groupsparse.io import files as io
 from groupsparse.io import report as report_text
 from groupsparse.io import tables as names
-from groupsparse.study import outputs, preflight
+from groupsparse.study import outputs, preflight, trust
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
@@ -40,14 +40,17 @@ STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 # Specs travel by file, not inline on the shell line: results/<study>/specs/<name>.<hash>.json,
 # written once when the workflow is parsed. A changed spec is a new file, so exactly the jobs it
-# affects rerun; the printed commands stay short.
+# affects rerun; the printed commands stay short. Each carries the stamp of the check above
+# (<file>.checked, study.trust): the job trusts it and validates nothing again.
 def pretrain_spec_file(run):
-    return str(io.content_file(f"{R}/specs", f"{run}.pretrain", RUNS[run].spec_json))
+    return str(
+        trust.write_checked(f"{R}/specs", f"{run}.pretrain", RUNS[run].spec_json)
+    )
 
 
 def transfer_spec_file(run):
     return str(
-        io.content_file(f"{R}/specs", f"{run}.transfer", RUNS[run].transfer_json())
+        trust.write_checked(f"{R}/specs", f"{run}.transfer", RUNS[run].transfer_json())
     )
 
 

@@ -56,6 +56,7 @@ def _write_both(df, stem: Path, prov) -> None:
 
 def run(args) -> int:
     from ..analysis import summary
+    from ..config.schema import schema_defaults
     from ..config.specs import config_hash
     from ..io import files as io
 
@@ -72,7 +73,7 @@ def run(args) -> int:
     )
     prov = io.provenance(
         config_hash(study),
-        study.get("device", "cpu"),
+        study.get("device", schema_defaults()["device"]),  # a study JSON given by hand may be unfilled
         study=study,
         run_specs=_run_specs(args.trajectories),
         computed_on=io.machines_of([*args.trajectories, *(args.transfer or [])]),

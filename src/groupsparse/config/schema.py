@@ -60,6 +60,27 @@ def run_spec_schema() -> dict[str, Any]:
     }
 
 
+def schema_defaults(definition: str | None = None, **given: Any) -> dict[str, Any]:
+    """The schema's defaults of ``$defs/<definition>`` (of the top level when None), the one place they
+    are written; with ``given`` values that meet the definition's ``if`` (``kind="images"``), also the
+    defaults its ``then`` sets for them."""
+    full = study_schema()
+    sub = full["$defs"][definition] if definition else full
+
+    def of(schema: dict[str, Any]) -> dict[str, Any]:
+        return {
+            key: copy.deepcopy(prop["default"])
+            for key, prop in schema.get("properties", {}).items()
+            if "default" in prop
+        }
+
+    out = of(sub)
+    when = (sub.get("if") or {}).get("properties") or {}
+    if given and when and all(key in given and given[key] == cond.get("const") for key, cond in when.items()):
+        out |= of(sub["then"])
+    return out
+
+
 def check_study(config: Any) -> None:
     """ConfigError naming the key if a study config breaks the schema (the Snakefile's check, for direct callers)."""
     if not isinstance(config, dict):

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError
-from .schema import ROLES, check_run_spec, study_schema  # noqa: F401 (ROLES: re-exported)
+from .schema import ROLES, check_run_spec, schema_defaults  # noqa: F401 (ROLES: re-exported)
 
 # Ranges, enums and defaults of the settings live in workflow/schemas/config.schema.yaml (see schema.py);
 # this module keeps the rules that tie several settings together.
@@ -24,6 +24,14 @@ IMAGE_DATASETS = {
     "digits": (1, 8, 8, tuple(str(k) for k in range(10))),
     "cifar10": (3, 32, 32, CIFAR10_CLASSES),
 }
+
+
+# Every default of a setting: the schema's (see schema_defaults).
+_TASK = schema_defaults("task")
+_IMAGE_TASK = schema_defaults("task", kind="images")
+_MODEL = schema_defaults("model")
+_PRETRAIN = schema_defaults("pretrain")
+_TOP = schema_defaults()
 
 
 def _check(cond: bool, key: str, msg: str) -> None:
@@ -56,16 +64,16 @@ def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
 class TaskSpec:
     """A synthetic group-sparse task (docs/STUDY.md section 1 and the section 6 variants)."""
 
-    kind: str = "synthetic"  # synthetic (this class) | images (ImageTaskSpec)
-    d: int = 10
-    D: int = 10
-    sigma_x: float = 1.0
-    relevant_groups: int = 1  # K: the label is sign(sum_k <v_k, x_{j_k}>)
-    j_star: int | None = None  # fix the (first) relevant group; None: drawn from the seed
-    label_noise: float = 0.0  # probability of flipping a label
-    features: str = "gaussian"  # gaussian | correlated | student_t
-    feature_rho: float = 0.5  # within-group correlation for "correlated"
-    student_dof: float = 3.0  # degrees of freedom for "student_t"
+    kind: str = _TASK["kind"]  # synthetic (this class) | images (ImageTaskSpec)
+    d: int = _TASK["d"]
+    D: int = _TASK["D"]
+    sigma_x: float = _TASK["sigma_x"]
+    relevant_groups: int = _TASK["relevant_groups"]  # K: the label is sign(sum_k <v_k, x_{j_k}>)
+    j_star: int | None = _TASK["j_star"]  # fix the (first) relevant group; None: drawn from the seed
+    label_noise: float = _TASK["label_noise"]  # probability of flipping a label
+    features: str = _TASK["features"]  # gaussian | correlated | student_t
+    feature_rho: float = _TASK["feature_rho"]  # within-group correlation for "correlated"
+    student_dof: float = _TASK["student_dof"]  # degrees of freedom for "student_t"
 
     def validate(self, where: str = "task") -> None:
         _choice(self.kind, ("synthetic",), f"{where}.kind")
@@ -102,17 +110,17 @@ class ImageTaskSpec:
     drawn independently from the same two. Transfer uses ``transfer_classes`` at the same j*.
     """
 
-    kind: str = "images"
-    dataset: str = "digits"  # digits (bundled with scikit-learn) | cifar10 (user-provided files)
-    path: str = ""  # cifar10: the cifar-10-batches-py folder or its parent; never downloaded
-    classes: tuple = ("0", "1")  # pretraining pair (class names; digits accept integers)
-    transfer_classes: tuple = ("2", "3")
-    images_per_class: int | None = None  # images taken from each class before the split; None: all
-    D: int = 8  # slots per input
-    d: int = 16  # group width after reduction
-    j_star: int | None = None  # the labelled slot; None: drawn from the seed
-    reduce: str = "pool"  # none | pool (k x k average pooling) | pca (fitted on the train split)
-    test_fraction: float = 0.3  # share of each class's images held out for testing
+    kind: str = "images"  # the class's kind (TaskSpec: the schema's default kind)
+    dataset: str = _IMAGE_TASK["dataset"]  # digits (bundled with scikit-learn) | cifar10 (user-provided files)
+    path: str = _IMAGE_TASK["path"]  # cifar10: the cifar-10-batches-py folder or its parent; never downloaded
+    classes: tuple = tuple(_IMAGE_TASK["classes"])  # pretraining pair (class names; digits accept integers)
+    transfer_classes: tuple = tuple(_IMAGE_TASK["transfer_classes"])
+    images_per_class: int | None = _IMAGE_TASK["images_per_class"]  # from each class before the split; None: all
+    D: int = _IMAGE_TASK["D"]  # slots per input
+    d: int = _IMAGE_TASK["d"]  # group width after reduction
+    j_star: int | None = _IMAGE_TASK["j_star"]  # the labelled slot; None: drawn from the seed
+    reduce: str = _IMAGE_TASK["reduce"]  # none | pool (k x k average pooling) | pca (fitted on the train split)
+    test_fraction: float = _IMAGE_TASK["test_fraction"]  # share of each class's images held out for testing
 
     def __post_init__(self) -> None:
         for name in ("classes", "transfer_classes"):  # YAML lists and digit integers -> tuple of names
@@ -203,16 +211,6 @@ class ImageTaskSpec:
             )
 
 
-def _schema_defaults(definition: str) -> dict[str, Any]:
-    """The schema's defaults of ``$defs/<definition>`` (the one place they are written)."""
-    props = study_schema()["$defs"][definition]["properties"]
-    return {key: prop["default"] for key, prop in props.items() if "default" in prop}
-
-
-_MODEL = _schema_defaults("model")
-_PRETRAIN = _schema_defaults("pretrain")
-
-
 @dataclass(frozen=True)
 class ModelSpec:
     """The paper's one-layer transformer and the section 6 variants (defaults: the schema's)."""
@@ -268,8 +266,8 @@ class RunSpec:
     task: TaskSpec | ImageTaskSpec = field(default_factory=TaskSpec)
     model: ModelSpec = field(default_factory=ModelSpec)
     pretrain: PretrainSpec = field(default_factory=PretrainSpec)
-    dtype: str = "float32"
-    device: str = "cpu"
+    dtype: str = _TOP["dtype"]
+    device: str = _TOP["device"]
     run_name: str = ""  # the run (task, scaling point or ablation); defaults to task_name
     role: str = "task"  # task | scaling | ablation: written to every table the run's jobs write
     variant: str = ""  # the ablation variant's name ("none" for the ablations' baseline)
@@ -292,11 +290,7 @@ class RunSpec:
             task=_take(_task_class(raw.get("task")), raw.get("task"), "task"),
             model=_take(ModelSpec, raw.get("model"), "model"),
             pretrain=_take(PretrainSpec, raw.get("pretrain"), "pretrain"),
-            dtype=raw.get("dtype", "float32"),
-            device=raw.get("device", "cpu"),
-            run_name=raw.get("run_name", ""),
-            role=raw.get("role", "task"),
-            variant=raw.get("variant", ""),
+            **{key: raw[key] for key in ("dtype", "device", "run_name", "role", "variant") if key in raw},
         )
         _check(
             spec.task.kind != "images" or spec.pretrain.sampling == "iid",
@@ -320,7 +314,7 @@ class RunSpec:
 
 def _task_class(raw: Any):
     """TaskSpec or ImageTaskSpec, from ``task.kind`` (default synthetic)."""
-    kind = raw.get("kind", "synthetic") if isinstance(raw, dict) else "synthetic"
+    kind = raw.get("kind", _TASK["kind"]) if isinstance(raw, dict) else _TASK["kind"]
     return ImageTaskSpec if kind == "images" else TaskSpec
 
 

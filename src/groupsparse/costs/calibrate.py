@@ -132,9 +132,9 @@ def job_predictions(runs: dict, config: dict, cal: dict) -> dict[str, float]:
     transfer/<run>/seeds<chunk>/<group>, aggregate, figures/<run>, ...)."""
     from .model import coefficients, pretrain_cost, transfer_cost
 
-    jobs = config.get("jobs") or {}
-    device = config.get("device", "cpu")
-    pt, tt = jobs.get("pretrain_threads", 1), jobs.get("transfer_threads", 1)
+    jobs = config["jobs"]  # a filled config (study.preflight): the schema's defaults
+    device = config["device"]
+    pt, tt = jobs["pretrain_threads"], jobs["transfer_threads"]
     c = coefficients()
     start = cal.get("startup_s", 0.0)
     # the model's fixed part of a job (c0, j0) is replaced by the start measured here; the rest scales
@@ -195,7 +195,7 @@ def study_estimate_line(runs: dict, config: dict, cores: int, results: str | os.
     from ..io.files import write_text_atomic
     from ..io.progress import duration
 
-    threads = (config.get("jobs") or {}).get("pretrain_threads", 1)
+    threads = config["jobs"]["pretrain_threads"]
     if config.get("device") == "cuda":
         return "estimate: no calibration for cuda (groupsparse estimate gives the uncalibrated GPU figures)"
     try:

@@ -100,7 +100,7 @@ def input_problems(runs: dict[str, Any], where_of) -> list[str]:
     for name, run in runs.items():
         task = run.spec["task"]
         if task.get("kind") == "images" and task.get("dataset") == "cifar10":
-            problem = cifar_folder_problem(task.get("path", ""), f"{where_of(name)}.task.path", fetchable=True)
+            problem = cifar_folder_problem(task["path"], f"{where_of(name)}.task.path", fetchable=True)
             if problem and problem not in problems:
                 problems.append(problem)
     return problems
@@ -192,7 +192,7 @@ def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str
                 f"{', '.join(sorted(fitted)) or 'none (transfer is off)'}"
             )
     analysis = ablations.get("analysis") or {}
-    baseline = analysis.get("baseline", "ablation_none")
+    baseline = analysis["baseline"]
     if ablations.get("enabled"):
         ablation_runs = sorted(r for r, run in runs.items() if run.role == "ablation")
     else:  # the runs the section would make

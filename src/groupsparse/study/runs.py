@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config.schema import check_study, fill_defaults, study_schema
-from ..config.specs import ConfigError, RunSpec
+from ..config.specs import ConfigError, RunSpec, TaskSpec
 from ..transfer.methods import method_names
 from ..transfer.spec import GRID_KEYS, check_transfer
 
@@ -116,7 +116,8 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
         run.transfer = {k: v for k, v in tr.items() if k not in GRID_KEYS}
         _check_sizes(run.sizes, f"{where}.transfer", run.transfer.get("max_n"))
         try:
-            check_transfer(run.transfer)  # its messages already start with "transfer."
+            # the schema checked each merged section (study.preflight); the registry's rules remain
+            check_transfer(run.transfer, checked=True)  # its messages already start with "transfer."
         except ConfigError as exc:
             raise _prefixed(where, exc) from None
     return run
@@ -128,7 +129,7 @@ def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:
     pre = copy.deepcopy(scaling.get("pretrain") or {})
     per = float(scaling.get("steps_per_D3") or 0)
     if per > 0:
-        steps = pre.get("steps", (config.get("pretrain") or {}).get("steps", 1))
+        steps = pre.get("steps", config["pretrain"]["steps"])  # the schema filled the study's
         pre["steps"] = max(int(steps), math.ceil(per * D**3))
     return pre
 
@@ -145,13 +146,13 @@ def expand(config: dict, checked: bool = False) -> dict[str, Run]:
     for name, entry in tasks.items():
         runs[name] = _make_run(config, name, entry or {}, "task", f"tasks.{name}")
 
-    scaling = config.get("scaling") or {}
-    if scaling.get("enabled", False):
+    scaling = config["scaling"]  # filled: the schema's {enabled: false} where absent
+    if scaling["enabled"]:
         base = scaling.get("task", {})
         stray = sorted(set(scaling.get("transfer_D_grid", [])) - set(scaling["D_grid"]))
         if stray:
             raise ConfigError(f"scaling.transfer_D_grid: {stray} not in scaling.D_grid {scaling['D_grid']}")
-        for d in scaling.get("d_grid", [base.get("d", 10)]):
+        for d in scaling.get("d_grid", [base.get("d", TaskSpec.d)]):
             for D in scaling["D_grid"]:
                 name = f"scale_d{d}_D{D}"
                 with_transfer = D in scaling.get("transfer_D_grid", scaling["D_grid"])
@@ -207,9 +208,9 @@ def expand(config: dict, checked: bool = False) -> dict[str, Run]:
                     }
                     runs[name] = _make_run(config, name, entry, "scaling", f"scaling.stability.variants.{vname}", vname)
 
-    ablations = config.get("ablations") or {}
-    if ablations.get("enabled", False):
-        base_name = ablations.get("base_task", "base")
+    ablations = config["ablations"]  # filled, as scaling
+    if ablations["enabled"]:
+        base_name = ablations["base_task"]
         if base_name not in tasks:
             raise ConfigError(f"ablations.base_task: {base_name!r} is not a task; tasks: {', '.join(tasks)}")
         base_entry = tasks[base_name] or {}

@@ -15,7 +15,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config.schema import section_problem, study_schema
+from ..config.schema import schema_defaults, section_problem
 from ..config.specs import ConfigError, _check, _choice, config_hash
 from .methods import method as method_info
 from .methods import method_names
@@ -27,7 +27,7 @@ DEFAULT_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 GRID_KEYS = ("enabled", "methods", "sizes", "method_groups")
 # The schema's defaults of the transfer section (the rest below have none there: their absence from
 # a spec file is part of its hash, so a default added to the schema would rename every transfer spec).
-_SCHEMA = {k: p["default"] for k, p in study_schema()["$defs"]["transfer"]["properties"].items() if "default" in p}
+_SCHEMA = schema_defaults("transfer")
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,12 @@ class TransferSpec:
         return config_hash(self.to_dict())
 
 
-def check_transfer(raw: Any, where: str = "transfer") -> None:
+def check_transfer(raw: Any, where: str = "transfer", checked: bool = False) -> None:
     """ConfigError naming ``<where>.<key>`` unless ``raw`` is a transfer section the jobs can trust:
-    the schema's ranges and enums (workflow/schemas/config.schema.yaml, the one home of those),
-    then what only the method registry knows (method names, each method's own settings)."""
-    problem = section_problem(raw, "transfer")
+    the schema's ranges and enums (workflow/schemas/config.schema.yaml, the one home of those;
+    skipped when ``checked``: a merge of sections the study's schema check passed), then what only
+    the method registry knows (method names, each method's own settings)."""
+    problem = None if checked else section_problem(raw, "transfer")
     if problem:
         raise ConfigError(f"{where}.{problem}" if not problem.startswith("(top level)") else f"{where}{problem[11:]}")
     raw = raw or {}
