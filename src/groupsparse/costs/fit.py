@@ -21,7 +21,7 @@ from .model import (
     set_coefficients,
     transfer_cost,
 )
-from .work import DTYPE_BYTES, Fit, _pretrain_bytes, describe_transfer, measured_methods, transfer_fits
+from .work import DTYPE_BYTES, Fit, _pretrain_bytes, describe_transfer, measured_methods, pretrain_flops, transfer_fits
 
 # -- fitting (numpy/scipy imported here only) --------------------------------------------------
 
@@ -44,7 +44,7 @@ def _pre_row(r: dict) -> dict:
         "dtype": r["dtype"],
         "path": r["path"],
         "kind": r.get("kind") or "synthetic",
-        "flops": S * L * D * m * (m + D) * (4 * T * B + 2 * R * E),
+        "flops": pretrain_flops(r["path"], S, L, d, D, m, T, B, R, E),
         "draws": S * T * B * D * d,
         **_pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, r["path"]),
         "cpu_s": float(r["user_s"]) + float(r["sys_s"]),
@@ -119,7 +119,7 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
     c0, f32, f64, draw = _nnls_relative(X, [p["cpu_s"] for p in fast])
     base = {"c0_s": c0, "s_per_flop": {"float32": f32, "float64": f64}, "s_per_draw": draw}
     factors = {"antithetic": 1.0}
-    for path in ("iid", "autograd"):
+    for path in ("iid", "autograd", "symmetric", "symmetric_loops"):
         ratios = [
             (p["cpu_s"] - c0) / (base["s_per_flop"][p["dtype"]] * p["flops"] + draw * p["draws"])
             for p in pre

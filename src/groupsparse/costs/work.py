@@ -8,6 +8,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..model import kernel_flops
+from ..model.kernel_flops import SYMMETRIC_MIN_D
 from ..transfer import methods as registry  # torch-free: each method module declares its work
 from ..transfer.spec import DOWNSTREAM, TransferSpec
 
@@ -63,7 +65,27 @@ def _path(spec: dict) -> str:
     )
     if not paper or pre.get("gradient", "auto") == "autograd":
         return "autograd"
-    return "antithetic" if pre.get("sampling", "antithetic") == "antithetic" else "iid"
+    if pre.get("sampling", "antithetic") != "antithetic":
+        return "iid"
+    # from the zero start a run stays on the symmetric subspace: symmetric.py's kernel from SYMMETRIC_MIN_D on
+    # (float32 on a CPU: its per-sample loops, another cost per FLOP than its torch form)
+    on_subspace = model.get("init", "zero") == "zero" and spec["task"]["D"] >= SYMMETRIC_MIN_D
+    if not on_subspace or spec["task"].get("kind", "synthetic") != "synthetic":
+        return "antithetic"
+    loops = spec.get("dtype", "float32") == "float32" and spec.get("device", "cpu") == "cpu"
+    return "symmetric_loops" if loops else "symmetric"
+
+
+def pretrain_flops(path: str, S: int, L: int, d: int, D: int, m: int, T: int, B: int, R: int, E: int) -> int:
+    """FLOPs of a pretraining job: S seeds x T steps of batch B, R records of E evaluation samples.
+    The dense formula per sample (L D m (m + D), 4 per training sample, 2 per evaluated one), except
+    on the symmetric paths: the kernel's own count (``symmetric_loops``: the per-sample loops) and the
+    symmetric forward's per evaluated sample."""
+    if path.startswith("symmetric"):
+        forward = kernel_flops.symmetric_torch_phases(2, D, d, 4)
+        per_eval = forward["scores"][0] + forward["softmax"][0]
+        return S * (T * kernel_flops.symmetric_flops(B, D, d, path == "symmetric_loops") + R * E * per_eval)
+    return S * L * D * m * (m + D) * (4 * T * B + 2 * R * E)
 
 
 def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
@@ -72,7 +94,6 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     d, D = t["d"], t["D"]
     m, L = _token_width(model, d, D), model.get("layers", 1)
     R = record_count(p["steps"], p["record_every"], p.get("attention_checkpoints", 6))
-    per_sample = L * D * m * (m + D)
     return {
         "job": "pretrain",
         "kind": t.get("kind", "synthetic"),
@@ -87,7 +108,18 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
         "records": R,
         "dtype": spec.get("dtype", "float32"),
         "path": _path(spec),
-        "flops": seeds * per_sample * (4 * p["steps"] * p["batch"] + 2 * R * p["eval_size"]),
+        "flops": pretrain_flops(
+            _path(spec),
+            seeds,
+            L,
+            d,
+            D,
+            m,
+            p["steps"],
+            p["batch"],
+            R,
+            p["eval_size"],
+        ),
         "draws": seeds * p["steps"] * p["batch"] * D * d,
         "python_steps": p["steps"] + R,
         **_pretrain_bytes(

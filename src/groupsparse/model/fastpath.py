@@ -37,7 +37,7 @@ import threading
 import numpy as np
 import torch
 
-from . import symmetric
+from . import kernel_flops, symmetric
 from .cpu import denormals_flushed, numpy_blas_one_thread
 
 LOG2E = 1.4426950408889634
@@ -53,7 +53,7 @@ FUSED_FLOAT32 = True
 # faster at D = 32 and 64, slower below D ~ 16, where the fused loops win). Off (the benchmark's reference):
 # the general kernel below at every D.
 SYMMETRIC_KERNEL = True
-SYMMETRIC_MIN_D = 24
+SYMMETRIC_MIN_D = kernel_flops.SYMMETRIC_MIN_D
 _fused_workspace = threading.local()  # see _fused_buffers
 
 

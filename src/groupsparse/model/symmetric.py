@@ -38,55 +38,21 @@ import threading
 
 import torch
 
+from .kernel_flops import symmetric_flops as flops
+from .kernel_flops import symmetric_loops_phases as loops_phase_costs
+from .kernel_flops import symmetric_torch_phases as phase_costs
+
+__all__ = ["flops", "loops_phase_costs", "phase_costs"]  # re-exported: the FLOP models live torch-free
+
 # float32 on a CPU: the per-sample numba loops (``symmetric_loops``); off: the batched torch products
 # below (what float64 and GPU runs take)
 LOOPS = True
 _LOG2E = 1.0 / math.log(2.0)
 
 
-def flops(B: int, D: int, d: int, loops: bool = False) -> int:
-    """FLOPs this kernel executes for one seed and step with an antithetic batch of B samples
-    (``loops``: the per-sample loops of float32 on a CPU, ``loops_phase_costs``)."""
-    parts = loops_phase_costs(B, D, d) if loops else phase_costs(B, D, d, 4)
-    return sum(f for f, _ in parts.values())
-
-
 def takes_loops(dtype: torch.dtype, device: torch.device | str) -> bool:
     """Whether ``loss_and_grads`` runs the per-sample loops for samples of this dtype and device."""
     return LOOPS and torch.device(device).type == "cpu" and dtype == torch.float32
-
-
-def loops_phase_costs(B: int, D: int, d: int) -> dict[str, tuple[int, int]]:
-    """(FLOPs, bytes moved) of the per-sample loops' step (``symmetric_loops``) for one seed and step.
-
-    ``products``, outside the loops: [Ws; v1] X (Wff x_j and the values u) 2 d (d + 1) D per sample,
-    the Wff gradient (T^T X summed) 2 d^2 D per sample, the position blocks' two D x D products on
-    each side 8 D^3 per step. ``loops``, per sample: scores 2 d D^2 (the constant block is the sums'
-    start), their maximum D^2, softmax 4 D^2 (subtract, exp2 counted as 1, sum, scale), ubar and the
-    mass r 3 D^2, dL/dA 3 D^2 and its sum D^2, T^T 2 d D^2, the v1 gradient 2 d D. Bytes: the samples,
-    [Ws; v1] X and the rows T^T each cross memory twice; a sample's (D, D) block stays in L1."""
-    H, s = B // 2, 4
-    return {
-        "loops": (H * (4 * d * D * D + 12 * D * D + 2 * d * D), s * H * 2 * (3 * d + 1) * D),
-        "products": (H * (2 * d * (d + 1) * D + 2 * d * d * D) + 8 * D**3, s * H * 2 * (3 * d + 1) * D),
-    }
-
-
-def phase_costs(B: int, D: int, d: int, itemsize: int) -> dict[str, tuple[int, int]]:
-    """(FLOPs, bytes moved) of each phase for one seed and step (see the module docstring).
-
-    Bytes: what each pass over a tensor reads and writes once (the compulsory traffic, as if no
-    intermediate stayed in a cache), the (H, D, D) passes dominating: scores 1 write and 2 (the
-    constant block), softmax 2, backward 2 (the product with S, the sum of dL/dA)."""
-    H, s = B // 2, itemsize
-    return {
-        "scores": (H * (2 * D * d * (d + 1) + 2 * d * D * D + D * D), s * H * (6 * d * D + 3 * D * D)),
-        "softmax": (H * 5 * D * D, s * H * 2 * D * D),
-        "backward": (
-            H * (2 * (2 * d + 1) * D * D + 3 * D * D + 2 * D * d * d + 6 * d * D),
-            s * H * (2 * D * D + 12 * d * D),
-        ),
-    }
 
 
 def on_subspace(W: torch.Tensor, v: torch.Tensor, d: int) -> bool:

@@ -1,0 +1,49 @@
+"""FLOP models of the fast kernels, torch-free: the cost model (``costs``) counts with them too.
+
+``SYMMETRIC_MIN_D``: from this D on, runs on the symmetric subspace take ``symmetric.py``'s kernel
+(``fastpath.use_symmetric``); below it the general kernel is faster.
+"""
+
+from __future__ import annotations
+
+SYMMETRIC_MIN_D = 24
+
+
+def symmetric_flops(B: int, D: int, d: int, loops: bool = False) -> int:
+    """FLOPs this kernel executes for one seed and step with an antithetic batch of B samples
+    (``loops``: the per-sample loops of float32 on a CPU, ``symmetric_loops_phases``)."""
+    parts = symmetric_loops_phases(B, D, d) if loops else symmetric_torch_phases(B, D, d, 4)
+    return sum(f for f, _ in parts.values())
+
+
+def symmetric_loops_phases(B: int, D: int, d: int) -> dict[str, tuple[int, int]]:
+    """(FLOPs, bytes moved) of the per-sample loops' step (``symmetric_loops``) for one seed and step.
+
+    ``products``, outside the loops: [Ws; v1] X (Wff x_j and the values u) 2 d (d + 1) D per sample,
+    the Wff gradient (T^T X summed) 2 d^2 D per sample, the position blocks' two D x D products on
+    each side 8 D^3 per step. ``loops``, per sample: scores 2 d D^2 (the constant block is the sums'
+    start), their maximum D^2, softmax 4 D^2 (subtract, exp2 counted as 1, sum, scale), ubar and the
+    mass r 3 D^2, dL/dA 3 D^2 and its sum D^2, T^T 2 d D^2, the v1 gradient 2 d D. Bytes: the samples,
+    [Ws; v1] X and the rows T^T each cross memory twice; a sample's (D, D) block stays in L1."""
+    H, s = B // 2, 4
+    return {
+        "loops": (H * (4 * d * D * D + 12 * D * D + 2 * d * D), s * H * 2 * (3 * d + 1) * D),
+        "products": (H * (2 * d * (d + 1) * D + 2 * d * d * D) + 8 * D**3, s * H * 2 * (3 * d + 1) * D),
+    }
+
+
+def symmetric_torch_phases(B: int, D: int, d: int, itemsize: int) -> dict[str, tuple[int, int]]:
+    """(FLOPs, bytes moved) of each phase for one seed and step of ``symmetric.py``'s torch form (see its docstring).
+
+    Bytes: what each pass over a tensor reads and writes once (the compulsory traffic, as if no
+    intermediate stayed in a cache), the (H, D, D) passes dominating: scores 1 write and 2 (the
+    constant block), softmax 2, backward 2 (the product with S, the sum of dL/dA)."""
+    H, s = B // 2, itemsize
+    return {
+        "scores": (H * (2 * D * d * (d + 1) + 2 * d * D * D + D * D), s * H * (6 * d * D + 3 * D * D)),
+        "softmax": (H * 5 * D * D, s * H * 2 * D * D),
+        "backward": (
+            H * (2 * (2 * d + 1) * D * D + 3 * D * D + 2 * D * d * d + 6 * d * D),
+            s * H * (2 * D * D + 12 * d * D),
+        ),
+    }
