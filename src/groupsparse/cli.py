@@ -28,6 +28,7 @@ COMMANDS = (
     "summary",
     "scaling",
     "predict",
+    "check_predictions",
     "image_figures",
     "snapshot",
     "status",

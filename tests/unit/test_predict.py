@@ -96,3 +96,32 @@ def test_the_claims_say_which_law_holds_the_measurement(study, tmp_path):
             math.exp(-r["D"] * float(r["claim"].split(" at ")[1].split(" D^3")[0]) / 4), rel=0.05
         )
         assert "exponential: predicted" in r["config"] and "power: predicted" in r["config"]
+
+
+def test_check_predictions_gives_the_claims_verdicts_for_runs_outside_the_dag(study, tmp_path, capsys):
+    """A D = 64 run made by hand (an exponential law's data): the same verdicts as the claims table would
+    give it (kappa 0.5: the exponential law's; kappa 1: exp(-16), below float32's resolution, inconclusive);
+    runs at no predicted D are refused in one line."""
+    traj, paths, spec, s = study
+    out = tmp_path / "pred.parquet"
+    fit = [p for D, p in paths.items() if s.fit_D_max >= D]
+    argv = ["predict", "--trajectories", *fit, "--spec", str(spec), "--out", str(out), "--out-csv", str(tmp_path / "c")]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    d64 = min_attention_runs(EXPONENTIAL, D_grid=(64,), seeds=5, noise=0.02)
+    (path64,) = _write(d64, tmp_path).values()
+    check = ["check-predictions", "--predictions", str(out), "--spec", str(spec), "--trajectories", path64]
+    assert cli.main([*check, "--out-csv", str(tmp_path / "v.csv")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(KAPPAS) and all("D = 64" in line for line in lines)
+    assert "one law: exponential" in lines[0] and "inconclusive; below float32 resolution" in lines[1]
+    want = analyse(pd.concat([traj, d64]), None, s, io.read_parquet(out)).claims
+    want = want[(want["analysis"] == "out_of_sample") & (want["D"] == 64)]
+    got = pd.read_csv(tmp_path / "v.csv")
+    assert list(got["verdict"]) == list(want["verdict"]) and np.allclose(
+        got["measured"], want["measured"], equal_nan=True
+    )
+    assert cli.main(
+        ["check-predictions", "--predictions", str(out), "--spec", str(spec), "--trajectories", fit[0]]
+    ) == (cli.EXIT_INPUT)
+    assert "no run at a D with predictions" in capsys.readouterr().err

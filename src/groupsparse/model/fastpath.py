@@ -18,8 +18,9 @@ Same numbers as ``model.loss_and_grads_closed_form`` (up to rounding), computed 
 - One seed at a time: each seed runs the same operations on the same shapes whether it
   trains alone or among others, so batched seeds give the bits of single-seed runs.
 - On the symmetric subspace at large D (antithetic batches, v2 = Wfp = Wpf = 0: every run from the
-  zero start) the work is a (D x D) softmax per sample: ``symmetric.py`` computes it with batched
-  matmuls, once for both mirror halves (``SYMMETRIC_KERNEL``, ``SYMMETRIC_MIN_D``).
+  zero start) the work is a (D x D) softmax per sample: ``symmetric.py`` computes it once for both
+  mirror halves (``SYMMETRIC_KERNEL``, ``SYMMETRIC_MIN_D``): float32 on a CPU as one numba loop per
+  sample (``symmetric_loops.py``), otherwise with batched matmuls.
 - float32 on a CPU: the elementwise steps between the two matrix products, some 40 torch
   passes over (D, D, B/2) tensors, run as three fused loops (``fused.py``), and subnormal
   numbers are flushed meanwhile; float64 (and a GPU) keep the torch path, bit for bit.
@@ -49,9 +50,9 @@ BATCHED_CONTRACTIONS: bool | None = None
 # 5 seeds at the default size: 2.9 ms instead of 5.2). float64 keeps the torch path: the study's results carry its bits.
 FUSED_FLOAT32 = True
 # Antithetic batches on the symmetric subspace (v2 and W's cross blocks exactly 0, as from the zero start) at
-# D >= SYMMETRIC_MIN_D: the batched-matmul kernel of ``symmetric.py`` (d = 10, batch 512, float32: 6 to 12 times
-# faster at D = 32 and 64, slower below D ~ 16, where the fused loops win). Off (the benchmark's reference):
-# the general kernel below at every D.
+# D >= SYMMETRIC_MIN_D: the kernel of ``symmetric.py`` (d = 10, batch 512, float32, whole step: about 3x faster
+# at D = 32 and 9-10x at D = 64, no faster at D = 16, where the fused loops win). Off (the benchmark's
+# reference): the general kernel below at every D.
 SYMMETRIC_KERNEL = True
 SYMMETRIC_MIN_D = kernel_flops.SYMMETRIC_MIN_D
 _fused_workspace = threading.local()  # see _fused_buffers
