@@ -188,6 +188,29 @@ def test_the_population_limit_is_read_at_one_over_batch_zero():
     assert abs(math.log(rest[0]["measured"]) + 8) < abs(math.log(at_512) + 8)
 
 
+def test_the_population_limit_figure_draws_what_the_claims_say(tmp_path):
+    """population_limits feeds the claims and the figure: the same limit; one panel per (d, quantity)."""
+    from groupsparse.analysis.bound import population_limits
+    from groupsparse.figures import theorem as theorem_figures
+
+    traj = batch_runs(64.0)
+    s = SETTINGS.replace(target_c=(0.1,), kappas=(0.5,))
+    crossings = crossing_times(traj, thresholds=(), target_c=(0.1,))
+    limits = population_limits(traj, crossings, s)
+    rows = population_claims(traj, crossings, s)
+    assert len(limits) == len(rows) == 2
+    for item, row in zip(limits, rows):
+        assert item["batches"] == [128, 256, 512] and not item["blocked"]
+        assert math.exp(item["limit"][0]) == pytest.approx(row["measured"], rel=1e-12)
+    quantities = [r["quantity"] for r in limits]
+    fig = theorem_figures.population_limit_figure(limits, quantities)
+    assert len([ax for ax in fig.axes if ax.get_visible() and ax.has_data()]) == 2
+    paths = theorem_figures.write(traj, None, s.kappas, tmp_path, limits, s.target_c)
+    assert {p.name for p in paths} >= {"population_limit.png", "population_limit.pdf", "out_of_sample.png"}
+    empty = theorem_figures.population_limit_figure([], quantities)  # no batch check: a figure that says so
+    assert "no D with 3 or more batches" in " ".join(t.get_text() for ax in empty.axes for t in ax.texts)
+
+
 def stability_runs(rate_early, rate_late, seeds=3):
     rows = []
     for s in range(seeds):

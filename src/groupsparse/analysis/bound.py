@@ -123,12 +123,14 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def population_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> list[dict]:
-    """At every (d, D) with 3+ batches: each headline quantity at batch -> infinity, paired by seed."""
-    rows = []
+def population_limits(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> list[dict]:
+    """At every (d, D) with 3+ batches, per headline quantity: the batches used and left out, each
+    batch's geometric mean, and the limit at batch -> infinity (log scale, paired by seed), or why
+    there is none (``blocked``)."""
+    out = []
     q = _batch_quantities(traj, crossings, s)
     if not len(q):
-        return rows
+        return out
     # A batch at which some seed never reaches the theorem's smallest target (or diverges) is not
     # an approximation of population GD but a different dynamics (at D >= 24, eta = 0.5, small
     # batches blow up): the extrapolation leaves it out, and says so.
@@ -145,42 +147,61 @@ def population_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
         g = g[~g["batch"].isin(left_out)]
         batches = sorted(g["batch"].unique())
         grid_batches = sorted({int(b) for b in g.loc[g["grid"].astype(bool), "batch"]})
+        item = {"d": int(d), "D": int(D), "quantity": what, "batches": batches, "left_out": left_out}
+        if len(batches) < 3:
+            out.append(item | {"blocked": "fewer than 3 usable batches"})
+            continue
+        wide = g.pivot(index="seed", columns="batch", values="value").reindex(columns=batches).dropna()
+        cens = bool(g["censored"].any())
+        if cens or len(wide) < 2:
+            out.append(item | {"blocked": "censored seeds" if cens else f"{len(wide)} seed(s) with every batch"})
+            continue
+        Y = wide[batches].to_numpy(float)
+        grid_b = grid_batches[0] if grid_batches else max(batches)
+        item |= {
+            "blocked": "",
+            "limit": mean_interval(infinite_batch(1.0 / np.asarray(batches, float), Y)),
+            "grid_batch": grid_b,
+            "diff": mean_interval(Y[:, batches.index(grid_b)] - infinite_batch(1.0 / np.asarray(batches, float), Y)),
+            "log_means": {int(b): float(np.mean(wide[b])) for b in batches},
+            "n": int(len(wide)),
+        }
+        out.append(item)
+    return out
+
+
+def population_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> list[dict]:
+    """At every (d, D) with 3+ batches: each headline quantity at batch -> infinity, paired by seed."""
+    rows = []
+    for item in population_limits(traj, crossings, s):
+        d, D, what, batches, left_out = (item[k] for k in ("d", "D", "quantity", "batches", "left_out"))
         note = (
             f"; batches {', '.join(map(str, left_out))} left out (a seed never reached 1 - exp(-{min(s.target_c):g} D)"
             " or diverged there)"
             if left_out
             else ""
         )
-        if len(batches) < 3:
-            rows.append(_blocked_row(what, int(d), int(D), batches, f"fewer than 3 usable batches{note}"))
+        if item["blocked"]:
+            why = item["blocked"] + (note if item["blocked"].startswith("fewer") else "")
+            rows.append(_blocked_row(what, d, D, batches, why))
             continue
-        wide = g.pivot(index="seed", columns="batch", values="value").reindex(columns=batches).dropna()
-        cens = bool(g["censored"].any())
-        if cens or len(wide) < 2:
-            continue_blocked = "censored seeds" if cens else f"{len(wide)} seed(s) with every batch"
-            rows.append(_blocked_row(what, int(d), int(D), batches, continue_blocked))
-            continue
-        Y = wide[batches].to_numpy(float)
-        limit = infinite_batch(1.0 / np.asarray(batches, float), Y)
-        m, lo, hi = mean_interval(limit)
-        grid_b = grid_batches[0] if grid_batches else max(batches)
-        diff = mean_interval(Y[:, batches.index(grid_b)] - limit)
-        per_batch = "; ".join(f"batch {b}: {math.exp(float(np.mean(wide[b]))):.4g}" for b in batches)
+        (m, lo, hi), diff, grid_b, means = item["limit"], item["diff"], item["grid_batch"], item["log_means"]
+        per_batch = "; ".join(f"batch {b}: {math.exp(means[b]):.4g}" for b in batches)
         row = _descriptive_log_row(
             f"{what} at batch -> infinity (population gradient descent; d = {d}, D = {D})",
             "the theorem is about population gradient descent; a batch only approximates it",
             (m, lo, hi),
             "",
             f"d = {d}, D = {D}; per seed, log value linear in 1/batch over batches {', '.join(map(str, batches))}, "
-            f"read at 1/batch = 0; t interval over {len(wide)} seeds (paired: each seed's own line); geometric means "
+            f"read at 1/batch = 0; t interval over {item['n']} seeds (paired: each seed's own line); geometric means "
             f"{per_batch}; batch {grid_b} minus the limit (log): {diff[0]:.3g} [{diff[1]:.3g}, {diff[2]:.3g}]{note}",
             "population_limit",
-            int(len(wide)),
-            {"d": int(d), "D": int(D)},
+            item["n"],
+            {"d": d, "D": D},
         )
         row["why"] = (
             f"at batch -> infinity {math.exp(m):.4g} [{math.exp(lo):.4g}, {math.exp(hi):.4g}]; at batch {grid_b} "
-            f"{math.exp(float(np.mean(wide[grid_b]))):.4g}"
+            f"{math.exp(means[grid_b]):.4g}"
         )
         rows.append(row)
     return rows

@@ -21,6 +21,7 @@ SCALING_FIGURES = (
     "convergence_time",
     "convergence_thresholds",
     "out_of_sample",
+    "population_limit",
     "attention_concentration",
     "sample_complexity",
     "online_error",
