@@ -105,6 +105,7 @@ def population_limit_figure(limits: list[dict], quantities: list[str]):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ticks = sorted({x["D"] for x in limits if (x["d"], x["quantity"]) == (d, what)})
+        ax.set_xlim(min(ticks) / 1.3, max(ticks) * 1.3)  # one D alone: its markers side by side, not spread out
         ax.set_xticks(ticks, [str(D) for D in ticks])
         ax.xaxis.set_minor_locator(NullLocator())  # plain D labels on x; the log y axis keeps its minor ticks
         ax.set_xlabel("D (groups)")
