@@ -141,7 +141,7 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
 
 def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
     """Each part of a step timed alone on one drawn batch (5 seeds), beside its FLOPs and bytes."""
-    from groupsparse.model import cpu, fastpath, symmetric
+    from groupsparse.model import symmetric
 
     tr = trainers["symmetric"]
     with symmetric_kernel(True):
@@ -157,7 +157,6 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
     item = torch.finfo(tr.dtype).bits // 8
     costs = symmetric.phase_costs(BATCH, D, d, item)
     m = d + D
-    flushed = cpu.denormals_flushed
     parts = {
         "draw": (tr.draw, (0, item * d * D * BATCH // 2)),
         "scores": (lambda: [symmetric.scores(W[s], v[s], drawn[s][0], P, sc) for s in seeds], costs["scores"]),
@@ -170,34 +169,7 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
         "whole step": (lambda: tr.step(active), (symmetric.flops(BATCH, D, d), None)),
     }
 
-    def timed(fn):
-        def run():
-            with flushed():
-                for _ in range(args.steps):
-                    fn()
-
-        return run
-
-    with symmetric_kernel(True):
-        ts = timed_blocks({k: timed(fn) for k, (fn, _) in parts.items()}, args.repeats)
-    for name, (_, (fl, by)) in parts.items():
-        t = min(ts[name]) / args.steps / SEEDS
-        table.add(
-            "profile",
-            f"symmetric, {dtype}, D = {D}: {name}",
-            t * 1e3,
-            "ms/seed-step",
-            fl / t / 1e9 if fl else None,
-            ceiling if fl else None,
-            note=f"{fl / 1e6:.2f} MFLOP"
-            + (f", {by / 1e6:.2f} MB: {by / t / 1e9:.1f} GB/s" if by else "")
-            + (
-                f"; dense count {fastpath.dense_flops(BATCH, D, d) / t / 1e9:.1f} GFLOP/s"
-                if name == "whole step"
-                else ""
-            )
-            + ("; % ceiling by this part's own FLOPs" if name not in ("draw", "whole step") else ""),
-        )
+    _profile_rows(table, args, parts, f"symmetric, {dtype}", D, ceiling, timed_blocks)
     _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)
 
 
@@ -206,7 +178,7 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
     around them (the kernel with its loops stubbed out), the descent; FLOPs by ``loops_phase_costs``."""
     import math
 
-    from groupsparse.model import cpu, symmetric, symmetric_loops
+    from groupsparse.model import symmetric, symmetric_loops
 
     tr = trainers["symmetric"]
     W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
@@ -240,6 +212,15 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
         "whole step": (lambda: tr.step(active), (symmetric.flops(BATCH, D, d, True), None)),
     }
 
+    _profile_rows(table, args, parts, "symmetric (float32 loops)", D, ceiling, timed_blocks)
+    _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)
+
+
+def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
+    """Time each part (``name: (fn, (FLOPs, bytes))``, the symmetric kernel on, subnormals flushed) and add
+    a profile row per part: time, rate by the part's own FLOPs, bytes' rate."""
+    from groupsparse.model import cpu, fastpath
+
     def timed(fn):
         def run():
             with cpu.denormals_flushed():
@@ -250,21 +231,21 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
 
     with symmetric_kernel(True):
         ts = timed_blocks({k: timed(fn) for k, (fn, _) in parts.items()}, args.repeats)
-    best = {k: min(t) / args.steps / SEEDS for k, t in ts.items()}
+    dense = fastpath.dense_flops(BATCH, D, d)
     for name, (_, (fl, by)) in parts.items():
-        t = best[name]
+        t = min(ts[name]) / args.steps / SEEDS
         table.add(
             "profile",
-            f"symmetric (float32 loops), D = {D}: {name}",
+            f"{label}, D = {D}: {name}",
             t * 1e3,
             "ms/seed-step",
             fl / t / 1e9 if fl else None,
             ceiling if fl else None,
             note=f"{fl / 1e6:.2f} MFLOP"
             + (f", {by / 1e6:.2f} MB: {by / t / 1e9:.1f} GB/s" if by else "")
+            + (f"; dense count {dense / t / 1e9:.1f} GFLOP/s" if name == "whole step" else "")
             + ("; % ceiling by this part's own FLOPs" if name not in ("draw", "whole step") else ""),
         )
-    _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)
 
 
 def _profile_today(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
