@@ -35,6 +35,17 @@ def symmetric_kernel(on: bool):
         fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D = before
 
 
+def torch_form(fn):
+    """Run ``fn("symmetric")`` with the symmetric kernel in its torch form (``symmetric.LOOPS`` off)."""
+    from groupsparse.model import symmetric
+
+    before, symmetric.LOOPS = symmetric.LOOPS, False
+    try:
+        fn("symmetric")
+    finally:
+        symmetric.LOOPS = before
+
+
 def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]:
     """Adds the rows; returns the targets as (name, value, target, unit) for bench.py's target rows."""
     from groupsparse.model import fastpath, symmetric
@@ -66,13 +77,16 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
                 kernel_only(who, 1)
             fns = {who: (lambda w=who: block(w)) for who in trainers}
             fns |= {f"{who} kernel": (lambda w=who: kernel_only(w)) for who in trainers}
+            loops = symmetric.takes_loops(getattr(torch, dtype), "cpu")  # float32: the per-sample loops
+            if loops:  # the same kernel in its torch form (float64's and a GPU's), interleaved with the rest
+                fns["torch form kernel"] = lambda: torch_form(kernel_only)
             ts = timed_blocks(fns, args.repeats)
+            torch_form_kernel = min(ts.pop("torch form kernel")) / args.steps / SEEDS if loops else None
             kern = {who: min(ts.pop(f"{who} kernel")) / args.steps / SEEDS for who in trainers}
             best = {who: min(t) / args.steps / SEEDS for who, t in ts.items()}
             med = {who: statistics.median(t) / args.steps / SEEDS for who, t in ts.items()}
             per_seed_step[(dtype, D)] = best
             dense = fastpath.dense_flops(BATCH, D, d)
-            loops = symmetric.takes_loops(getattr(torch, dtype), "cpu")  # float32: the per-sample loops
             own = {"today": fastpath.kernel_flops(BATCH, D, d), "symmetric": symmetric.flops(BATCH, D, d, loops)}
             for who in trainers:
                 rate, dense_rate = own[who] / best[who] / 1e9, dense / best[who] / 1e9
@@ -100,6 +114,17 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
                     ratio=kern["today"] / kern[who],
                     note=f"dense {dense_rate:.1f} GFLOP/s ({100 * dense_rate / ceilings[dtype]:.0f}% of ceiling); "
                     "ratio = today / this",
+                )
+            if torch_form_kernel is not None:
+                table.add(
+                    "large D kernel",
+                    f"symmetric in its torch form, {dtype}, d = {d}, D = {D}: step_grads alone",
+                    torch_form_kernel * 1e3,
+                    "ms/seed-step",
+                    symmetric.flops(BATCH, D, d) / torch_form_kernel / 1e9,
+                    ceilings[dtype],
+                    ratio=kern["today"] / torch_form_kernel,
+                    note=f"the loops are {torch_form_kernel / kern['symmetric']:.2f}x this; ratio = today / this",
                 )
             if dtype == "float32" and D in SPEEDUP_TARGETS:
                 checks.append(
@@ -176,23 +201,15 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
 def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads):
     """The float32 step's parts: the draw, the per-sample loops (one numba call a seed), the products
     around them (the kernel with its loops stubbed out), the descent; FLOPs by ``loops_phase_costs``."""
-    import math
-
     from groupsparse.model import symmetric, symmetric_loops
 
     tr = trainers["symmetric"]
     W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
     active = torch.ones(SEEDS, dtype=torch.bool)
-    m, H, c = d + D, BATCH // 2, sc / math.log(2.0)
+    m, H = d + D, BATCH // 2
 
-    def loop_inputs(s):
-        X, y = drawn[s]
-        GU = (torch.cat([W[s][:d, :d] * c, v[s][None, :d]]) @ X.reshape(d, D * H)).view(d + 1, D, H)
-        CT = (P @ W[s][d:, d:] @ P.T) * c
-        outs = torch.empty(d, D, H), torch.zeros(d), torch.zeros(D, D)
-        return [t.numpy() for t in (X, GU, CT, y, *outs)]
-
-    inputs = [loop_inputs(s) for s in range(SEEDS)]
+    # the loops' own arguments, made once per seed (as the kernel makes them every step)
+    inputs = [[a.copy() for a in symmetric.loop_arguments(W[s], v[s], *drawn[s], P, sc)] for s in range(SEEDS)]
     costs = symmetric.loops_phase_costs(BATCH, D, d)
     real_loops = symmetric_loops.loss_and_rows
 

@@ -119,7 +119,7 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
     c0, f32, f64, draw = _nnls_relative(X, [p["cpu_s"] for p in fast])
     base = {"c0_s": c0, "s_per_flop": {"float32": f32, "float64": f64}, "s_per_draw": draw}
     factors = {"antithetic": 1.0}
-    for path in ("iid", "autograd", "symmetric", "symmetric_loops"):
+    for path in sorted({p["path"] for p in pre} - {"antithetic"}):  # each other path measured: its factor
         ratios = [
             (p["cpu_s"] - c0) / (base["s_per_flop"][p["dtype"]] * p["flops"] + draw * p["draws"])
             for p in pre

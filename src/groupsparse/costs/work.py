@@ -94,6 +94,7 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     d, D = t["d"], t["D"]
     m, L = _token_width(model, d, D), model.get("layers", 1)
     R = record_count(p["steps"], p["record_every"], p.get("attention_checkpoints", 6))
+    path = _path(spec)
     return {
         "job": "pretrain",
         "kind": t.get("kind", "synthetic"),
@@ -107,19 +108,8 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
         "eval_size": p["eval_size"],
         "records": R,
         "dtype": spec.get("dtype", "float32"),
-        "path": _path(spec),
-        "flops": pretrain_flops(
-            _path(spec),
-            seeds,
-            L,
-            d,
-            D,
-            m,
-            p["steps"],
-            p["batch"],
-            R,
-            p["eval_size"],
-        ),
+        "path": path,
+        "flops": pretrain_flops(path, seeds, L, d, D, m, p["steps"], p["batch"], R, p["eval_size"]),
         "draws": seeds * p["steps"] * p["batch"] * D * d,
         "python_steps": p["steps"] + R,
         **_pretrain_bytes(
@@ -132,7 +122,7 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
             d,
             D,
             m,
-            _path(spec),
+            path,
         ),
     }
 

@@ -50,7 +50,7 @@ BATCHED_CONTRACTIONS: bool | None = None
 # 5 seeds at the default size: 2.9 ms instead of 5.2). float64 keeps the torch path: the study's results carry its bits.
 FUSED_FLOAT32 = True
 # Antithetic batches on the symmetric subspace (v2 and W's cross blocks exactly 0, as from the zero start) at
-# D >= SYMMETRIC_MIN_D: the kernel of ``symmetric.py`` (d = 10, batch 512, float32, whole step: about 3x faster
+# D >= SYMMETRIC_MIN_D: the kernel of ``symmetric.py`` (d = 10, batch 512, float32, whole step: 2.4-3.2x faster
 # at D = 32 and 9-10x at D = 64, no faster at D = 16, where the fused loops win). Off (the benchmark's
 # reference): the general kernel below at every D.
 SYMMETRIC_KERNEL = True

@@ -20,8 +20,8 @@ alone or among others, so batched seeds give the bits of single-seed runs.
 
 float32 on a CPU takes another form of the same step (``LOOPS``, ``symmetric_loops.py``): one numba
 loop per sample whose (D, D) block never leaves the L1 cache, between two products over all samples
-(its FLOPs: ``loops_phase_costs``). At d = 10, batch 512 it is 1.3-1.5x this module's torch form
-at D = 32 and 64 (benchmarks/README.md).
+(its FLOPs: ``loops_phase_costs``); benchmarks/README.md gives its speed beside this module's torch
+form (``python benchmarks/bench.py``, the ``large D kernel`` rows).
 
 FLOP count per sample (H = B/2 of them), counting a multiply-add as 2 and an exponential as 1,
 what the kernel executes: Q = X Wff and u = X v1 2 D d (d + 1), scores 2 d D^2, constant block
@@ -99,7 +99,7 @@ def loss_and_grads(W, v, Xi, y, P, scale: float = 1.0):
     Arguments as ``fastpath.seed_loss_and_grads`` with ``antithetic``: Xi (d, D, H) is the first
     half of the batch [X, -X], y (H,) its labels. The caller checks ``on_subspace``.
     """
-    if LOOPS and Xi.device.type == "cpu" and Xi.dtype == torch.float32:
+    if takes_loops(Xi.dtype, Xi.device):
         return _loss_and_grads_loops(W, v, Xi, y, P, scale)
     X, A, u = scores(W, v, Xi, P, scale)
     return backward(W, v, X, softmax(A), u, y, P, scale)
@@ -113,19 +113,10 @@ def _loss_and_grads_loops(W, v, Xi, y, P, scale: float):
 
     d, D, H = Xi.shape
     m = d + D
-    c = scale * _LOG2E  # the loops' scores are in base 2
-    buf = _loop_buffers(d, D, H)
     Xi = Xi.contiguous()
-    Wv, GU, CT, tmp = buf["Wv"], buf["GU"], buf["CT"], buf["tmp"]
-    torch.mul(W[:d, :d], c, out=Wv[:d])
-    Wv[d] = v[:d]
-    torch.mm(Wv, Xi.view(d, D * H), out=GU.view(d + 1, D * H))
-    torch.mm(P, W[d:, d:], out=tmp)
-    torch.mm(tmp, P.T, out=CT)  # [key i, query j], times c below
-    CT.mul_(c)
-    loss = symmetric_loops.loss_and_rows(
-        Xi.numpy(), GU.numpy(), CT.numpy(), y.contiguous().numpy(), *(buf[k].numpy() for k in ("TT", "gv1", "ppT"))
-    )
+    buf = _loop_buffers(d, D, H)
+    loss = symmetric_loops.loss_and_rows(*loop_arguments(W, v, Xi, y, P, scale))
+    tmp = buf["tmp"]
     gW = torch.zeros(m, m, dtype=W.dtype)
     torch.mm(buf["TT"].view(d, D * H), Xi.view(d, D * H).T, out=buf["gff"])
     torch.mul(buf["gff"], scale, out=gW[:d, :d])
@@ -135,6 +126,22 @@ def _loss_and_grads_loops(W, v, Xi, y, P, scale: float):
     gv = torch.zeros(m, dtype=v.dtype)
     gv[:d] = buf["gv1"]
     return torch.tensor(loss, dtype=W.dtype), gW, gv
+
+
+def loop_arguments(W, v, Xi, y, P, scale: float) -> tuple:
+    """The arguments of ``symmetric_loops.loss_and_rows`` for one seed (numpy views of this thread's
+    buffers): X, [Ws; v1] X, the constant block CT (both in base 2), y, and the outputs TT, gv1, ppT."""
+    d, D, H = Xi.shape
+    c = scale * _LOG2E  # the loops' scores are in base 2
+    buf = _loop_buffers(d, D, H)
+    Wv, GU, CT, tmp = buf["Wv"], buf["GU"], buf["CT"], buf["tmp"]
+    torch.mul(W[:d, :d], c, out=Wv[:d])
+    Wv[d] = v[:d]
+    torch.mm(Wv, Xi.reshape(d, D * H), out=GU.view(d + 1, D * H))
+    torch.mm(P, W[d:, d:], out=tmp)
+    torch.mm(tmp, P.T, out=CT)  # [key i, query j], times c below
+    CT.mul_(c)
+    return (Xi.numpy(), GU.numpy(), CT.numpy(), y.contiguous().numpy(), *(buf[k].numpy() for k in ("TT", "gv1", "ppT")))
 
 
 _loop_workspace = threading.local()

@@ -10,11 +10,12 @@ which the compiler vectorises. The exponential is a polynomial exp2 (Cephes' exp
 about 2e-7, float32's own rounding), vectorised with the rest; the scores are in base 2
 (log2 e folded into Wff and the constant block).
 
-What remains outside: the sum over samples and queries of T^T X (the Wff gradient) is one BLAS
-product over the rows this loop writes, and the position blocks' P^T (.) P.
+What remains outside (``symmetric._loss_and_grads_loops``): [Ws; v1] X before the loop and, after
+it, the sum over samples and queries of T^T X (the Wff gradient), each one BLAS product over all
+samples, and the position blocks' P (.) P^T.
 
 Only "vertical" (lane-wise) arithmetic is vectorised, except the mass each key receives
-(``_row_sums``, compiled with reassociation), so the numbers do not depend on other seeds: a seed
+(``_row_sum``, compiled with reassociation), so the numbers do not depend on other seeds: a seed
 gets the same bits alone or among others, and a rerun the same bits.
 """
 
@@ -132,8 +133,6 @@ def loss_and_rows(X, GU, CT, y, TT, gv1, ppT):
     Gb = np.empty((BLOCK, d + 1, D), np.float32)
     Tb = np.empty((BLOCK, d, D), np.float32)
     loss = 0.0
-    Xb = np.empty((BLOCK, d, D), np.float32)  # a block of samples, each (d, D): read once per block
-    Tb = np.empty((BLOCK, d, D), np.float32)
     for b in range(H):
         t = b % BLOCK
         if t == 0:
