@@ -50,9 +50,10 @@ BATCHED_CONTRACTIONS: bool | None = None
 # 5 seeds at the default size: 2.9 ms instead of 5.2). float64 keeps the torch path: the study's results carry its bits.
 FUSED_FLOAT32 = True
 # Antithetic batches on the symmetric subspace (v2 and W's cross blocks exactly 0, as from the zero start) at
-# D >= SYMMETRIC_MIN_D: the kernel of ``symmetric.py`` (d = 10, batch 512, float32, whole step: 2.4-3.2x faster
-# at D = 32 and 9-10x at D = 64, no faster at D = 16, where the fused loops win). Off (the benchmark's
-# reference): the general kernel below at every D.
+# D >= SYMMETRIC_MIN_D: the kernel of ``symmetric.py`` (d = 10, batch 512, float32, whole step: 3.4x faster
+# at D = 32 and 15x at D = 64; 1.4x at D = 16, where the study keeps the general kernel: its D <= 16
+# runs are cheap and their float32 results carry that kernel's bits). Off (the benchmark's reference):
+# the general kernel below at every D.
 SYMMETRIC_KERNEL = True
 SYMMETRIC_MIN_D = kernel_flops.SYMMETRIC_MIN_D
 _fused_workspace = threading.local()  # see _fused_buffers

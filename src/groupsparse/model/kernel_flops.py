@@ -19,17 +19,16 @@ def symmetric_flops(B: int, D: int, d: int, loops: bool = False) -> int:
 def symmetric_loops_phases(B: int, D: int, d: int) -> dict[str, tuple[int, int]]:
     """(FLOPs, bytes moved) of the per-sample loops' step (``symmetric_loops``) for one seed and step.
 
-    ``products``, outside the loops: [Ws; v1] X (Wff x_j and the values u) 2 d (d + 1) D per sample,
-    the Wff gradient (T^T X summed) 2 d^2 D per sample, the position blocks' two D x D products on
-    each side 8 D^3 per step. ``loops``, per sample: scores 2 d D^2 (the constant block is the sums'
-    start), their maximum D^2, softmax 4 D^2 (subtract, exp2 counted as 1, sum, scale), ubar and the
-    mass r 3 D^2, dL/dA 3 D^2 and its sum D^2, T^T 2 d D^2, the v1 gradient 2 d D. Bytes: the samples,
-    [Ws; v1] X and the rows T^T each cross memory twice; a sample's (D, D) block stays in L1."""
+    ``loops``, per sample: [Ws; v1] x (Wff x_j and the values u) 2 d (d + 1) D, scores 2 d D^2 (the
+    constant block is the sums' start), their maximum D^2, exponentials with their column sums and
+    the sums of E u 5 D^2 (subtract, exp2 counted as 1, sum, multiply-add), the mass r 2 D^2, dL/dA
+    3 D^2 and its sum D^2, T^T 2 d D^2, the v1 gradient 2 d D, the Wff gradient T^T X 2 d^2 D.
+    ``products``, outside the loops: the position blocks' two D x D products on each side 8 D^3
+    per step. Bytes: the samples cross memory once (a block's rows and a sample's (D, D) block stay
+    in the caches); the position blocks' products read and write six D x D matrices."""
     H, s = B // 2, 4
-    return {
-        "loops": (H * (4 * d * D * D + 12 * D * D + 2 * d * D), s * H * 2 * (3 * d + 1) * D),
-        "products": (H * (2 * d * (d + 1) * D + 2 * d * d * D) + 8 * D**3, s * H * 2 * (3 * d + 1) * D),
-    }
+    per_sample = 2 * d * (d + 1) * D + 4 * d * D * D + 12 * D * D + 2 * d * D + 2 * d * d * D
+    return {"loops": (H * per_sample, s * H * d * D), "products": (8 * D**3, s * 6 * D * D)}
 
 
 def symmetric_torch_phases(B: int, D: int, d: int, itemsize: int) -> dict[str, tuple[int, int]]:

@@ -19,8 +19,8 @@ in float32 and float64, on a CPU or a GPU. Each seed runs the same operations on
 alone or among others, so batched seeds give the bits of single-seed runs.
 
 float32 on a CPU takes another form of the same step (``LOOPS``, ``symmetric_loops.py``): one numba
-loop per sample whose (D, D) block never leaves the L1 cache, between two products over all samples
-(its FLOPs: ``loops_phase_costs``); benchmarks/README.md gives its speed beside this module's torch
+loop per sample whose (D, D) block never leaves the L1 cache, the products with X inside it a block
+of samples at a time (its FLOPs: ``loops_phase_costs``); benchmarks/README.md gives its speed beside this module's torch
 form (``python benchmarks/bench.py``, the ``large D kernel`` rows).
 
 FLOP count per sample (H = B/2 of them), counting a multiply-add as 2 and an exponential as 1,
@@ -106,22 +106,19 @@ def loss_and_grads(W, v, Xi, y, P, scale: float = 1.0):
 
 
 def _loss_and_grads_loops(W, v, Xi, y, P, scale: float):
-    """``loss_and_grads`` through ``symmetric_loops`` (float32 on a CPU): [Ws; v1] X as one product,
-    one numba loop per sample, then the Wff gradient as one product over the rows it writes and the
-    position block's P^T (.) P. Buffers are kept per thread and shape (seed workers run in parallel)."""
+    """``loss_and_grads`` through ``symmetric_loops`` (float32 on a CPU): one numba loop per sample
+    (the products with X inside it, a block of samples at a time), then the position block's
+    P^T (.) P. Buffers are kept per thread and shape (seed workers run in parallel)."""
     from . import symmetric_loops
 
-    d, D, H = Xi.shape
+    d, D, _ = Xi.shape
     m = d + D
-    Xi = Xi.contiguous()
-    buf = _loop_buffers(d, D, H)
-    loss = symmetric_loops.loss_and_rows(*loop_arguments(W, v, Xi, y, P, scale))
-    tmp = buf["tmp"]
+    buf = _loop_buffers(d, D)
+    loss = symmetric_loops.loss_and_rows(*loop_arguments(W, v, Xi.contiguous(), y, P, scale))
     gW = torch.zeros(m, m, dtype=W.dtype)
-    torch.mm(buf["TT"].view(d, D * H), Xi.view(d, D * H).T, out=buf["gff"])
     torch.mul(buf["gff"], scale, out=gW[:d, :d])
-    torch.mm(P.T, buf["ppT"], out=tmp)
-    torch.mm(tmp, P, out=buf["gpp"])
+    torch.mm(P.T, buf["ppT"], out=buf["tmp"])
+    torch.mm(buf["tmp"], P, out=buf["gpp"])
     torch.mul(buf["gpp"], scale, out=gW[d:, d:])
     gv = torch.zeros(m, dtype=v.dtype)
     gv[:d] = buf["gv1"]
@@ -130,30 +127,29 @@ def _loss_and_grads_loops(W, v, Xi, y, P, scale: float):
 
 def loop_arguments(W, v, Xi, y, P, scale: float) -> tuple:
     """The arguments of ``symmetric_loops.loss_and_rows`` for one seed (numpy views of this thread's
-    buffers): X, [Ws; v1] X, the constant block CT (both in base 2), y, and the outputs TT, gv1, ppT."""
-    d, D, H = Xi.shape
+    buffers): X, [Ws; v1], the constant block CT (both in base 2), y, and the outputs gff, gv1, ppT."""
+    d, D, _ = Xi.shape
     c = scale * _LOG2E  # the loops' scores are in base 2
-    buf = _loop_buffers(d, D, H)
-    Wv, GU, CT, tmp = buf["Wv"], buf["GU"], buf["CT"], buf["tmp"]
+    buf = _loop_buffers(d, D)
+    Wv, CT, tmp = buf["Wv"], buf["CT"], buf["tmp"]
     torch.mul(W[:d, :d], c, out=Wv[:d])
     Wv[d] = v[:d]
-    torch.mm(Wv, Xi.reshape(d, D * H), out=GU.view(d + 1, D * H))
     torch.mm(P, W[d:, d:], out=tmp)
     torch.mm(tmp, P.T, out=CT)  # [key i, query j], times c below
     CT.mul_(c)
-    return (Xi.numpy(), GU.numpy(), CT.numpy(), y.contiguous().numpy(), *(buf[k].numpy() for k in ("TT", "gv1", "ppT")))
+    outputs = (buf[k].numpy() for k in ("gff", "gv1", "ppT"))
+    return (Xi.numpy(), Wv.numpy(), CT.numpy(), y.contiguous().numpy(), *outputs)
 
 
 _loop_workspace = threading.local()
 
 
-def _loop_buffers(d: int, D: int, H: int) -> dict[str, torch.Tensor]:
+def _loop_buffers(d: int, D: int) -> dict[str, torch.Tensor]:
     """float32 buffers of ``_loss_and_grads_loops`` for this thread (only the last shape is kept)."""
-    key = (d, D, H)
+    key = (d, D)
     if getattr(_loop_workspace, "key", None) != key:
         shapes = {
-            "Wv": (d + 1, d), "GU": (d + 1, D, H), "CT": (D, D), "tmp": (D, D), "TT": (d, D, H),
-            "gv1": (d,), "ppT": (D, D), "gff": (d, d), "gpp": (D, D),
+            "Wv": (d + 1, d), "CT": (D, D), "tmp": (D, D), "gv1": (d,), "ppT": (D, D), "gff": (d, d), "gpp": (D, D),
         }  # fmt: skip
         _loop_workspace.buffers = {k: torch.empty(s, dtype=torch.float32) for k, s in shapes.items()}
         _loop_workspace.key = key

@@ -6,17 +6,23 @@ D = 64), and its products are small. Here one sample at a time goes through the 
 backward pass with its (D, D) block in the L1 cache, in the layout [key i, query j]: every loop
 runs over queries j with contiguous memory, the softmax over keys is a column operation (running
 maximum and sum over rows), and the per-sample products are multiply-adds of rows by scalars,
-which the compiler vectorises. The exponential is a polynomial exp2 (Cephes' exp2f, relative error
-about 2e-7, float32's own rounding), vectorised with the rest; the scores are in base 2
-(log2 e folded into Wff and the constant block).
+which the compiler vectorises. Each pass updates several outputs with their coefficients held in
+registers (four keys' scores from four rows of G, two features' rows of T^T from four rows of
+dL/dA): the passes are short (D floats) and their set-up, not their arithmetic, bounds them.
 
-What remains outside (``symmetric._loss_and_grads_loops``): [Ws; v1] X before the loop and, after
-it, the sum over samples and queries of T^T X (the Wff gradient), each one BLAS product over all
-samples, and the position blocks' P (.) P^T.
+The softmax is never normalised in memory: one pass writes E = 2^(A - top) with its column sums z
+and the sums of E u; S = E / z enters only through per-query factors of the backward pass. The
+exponential is a polynomial exp2 in float32 (Cephes' exp2f, relative error below 1e-7 here),
+vectorised with the rest; the scores are in base 2 (log2 e folded into Wff and the constant block).
 
-Only "vertical" (lane-wise) arithmetic is vectorised, except the mass each key receives
-(``_row_sum``, compiled with reassociation), so the numbers do not depend on other seeds: a seed
-gets the same bits alone or among others, and a rerun the same bits.
+Samples arrive in the draw's layout (d, D, H); a block of BLOCK of them is gathered once into
+[feature, sample, group] rows, on which the block's two products with X are long row operations:
+G = [Ws; v1] X before its samples' loops, and sum_s T_s X_s^T (the Wff gradient) after them. What
+remains outside (``symmetric._loss_and_grads_loops``): the position blocks' P (.) P^T.
+
+Only "vertical" (lane-wise) arithmetic is vectorised, except the dot products (``_row_dot``,
+compiled with reassociation) whose order does not depend on other seeds: a seed gets the same bits
+alone or among others, and a rerun the same bits.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from numba.extending import intrinsic
 _JIT = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 # multiply-adds fused (the same instruction in the vectorised loop and its scalar remainder)
 _FMA = dict(_JIT, fastmath={"contract"})
-BLOCK = 16  # samples per cache line of the draw's layout: gathered (and T scattered) a block at a time
+BLOCK = 16  # samples per cache line of the draw's layout: gathered a block at a time
 
 # Cephes exp2f on [-1/2, 1/2]: 2^x = 1 + x P(x)
 _E5, _E4, _E3 = np.float32(1.535336188319500e-4), np.float32(1.339887440266574e-3), np.float32(9.618437357674640e-3)
@@ -56,7 +62,7 @@ def _exp2(x):
     """2^x for float32 x <= 0: 2^n 2^t, n = round(x), |t| <= 1/2 (Cephes' exp2f polynomial); below
     2^-126 (float32's smallest normal) it returns about 2^-126 (flushed to 0 where denormals are)."""
     x = x if x > _LOW else _LOW
-    n = math.floor(x + _HALF)
+    n = np.floor(x + _HALF)  # float32 (math.floor would give an integer, and float64 arithmetic below)
     t = x - n
     e = ((((((_E5 * t + _E4) * t + _E3) * t + _E2) * t + _E1) * t + _E0) * t) + _ONE
     return e * _as_float32((np.int32(n) + np.int32(127)) << 23)
@@ -72,11 +78,11 @@ def exp2_shifted(x):
 
 
 @njit(**dict(_JIT, fastmath={"contract", "reassoc"}))
-def _row_sum(row, n):
-    """sum of row[:n], vectorised (reassociated): the mass a key receives."""
+def _row_dot(row, z, n):
+    """sum of row[:n] z[:n], vectorised (reassociated)."""
     s = np.float32(0.0)
     for j in range(n):
-        s += row[j]
+        s += row[j] * z[j]
     return s
 
 
@@ -108,15 +114,103 @@ def _combine(out, rows, coef, accumulate):
         k += 4
 
 
+@njit(**_FMA, inline="always")
+def _combine2(out0, out1, rows, coef0, coef1, accumulate):
+    """_combine into two outputs in one pass over rows: each output's arithmetic in the same order."""
+    n, K = out0.shape[0], coef0.shape[0]
+    k = 0
+    if not accumulate:
+        if K % 4 == 0:
+            for j in range(n):
+                out0[j] = 0.0
+                out1[j] = 0.0
+        else:
+            r, c0, c1 = rows[0], coef0[0], coef1[0]
+            for j in range(n):
+                out0[j] = c0 * r[j]
+                out1[j] = c1 * r[j]
+            k = 1
+    while k < K and (K - k) % 4 != 0:
+        r, c0, c1 = rows[k], coef0[k], coef1[k]
+        for j in range(n):
+            out0[j] += c0 * r[j]
+            out1[j] += c1 * r[j]
+        k += 1
+    while k < K:
+        r0, r1, r2, r3 = rows[k], rows[k + 1], rows[k + 2], rows[k + 3]
+        a0, a1, a2, a3 = coef0[k], coef0[k + 1], coef0[k + 2], coef0[k + 3]
+        b0, b1, b2, b3 = coef1[k], coef1[k + 1], coef1[k + 2], coef1[k + 3]
+        for j in range(n):
+            x0, x1, x2, x3 = r0[j], r1[j], r2[j], r3[j]
+            out0[j] += ((a0 * x0 + a1 * x1) + a2 * x2) + a3 * x3
+            out1[j] += ((b0 * x0 + b1 * x1) + b2 * x2) + b3 * x3
+        k += 4
+
+
+@njit(**_FMA, inline="always")
+def _scores4(A, CT, G, Xs, i, top):
+    """Scores of keys i..i+3 (rows of A) in one set of passes over G's d rows, coefficients in
+    registers: the constant block plus single rows until the rest is a multiple of four, then fours;
+    their maximum over keys into top."""
+    a0, a1, a2, a3 = A[i], A[i + 1], A[i + 2], A[i + 3]
+    c0, c1, c2, c3 = CT[i], CT[i + 1], CT[i + 2], CT[i + 3]
+    d, n = G.shape[0], A.shape[1]
+    k = 0
+    if d % 4 == 0:
+        for j in range(n):
+            a0[j] = c0[j]
+            a1[j] = c1[j]
+            a2[j] = c2[j]
+            a3[j] = c3[j]
+    else:
+        g = G[0]
+        x0, x1, x2, x3 = Xs[0, i], Xs[0, i + 1], Xs[0, i + 2], Xs[0, i + 3]
+        for j in range(n):
+            gj = g[j]
+            a0[j] = c0[j] + x0 * gj
+            a1[j] = c1[j] + x1 * gj
+            a2[j] = c2[j] + x2 * gj
+            a3[j] = c3[j] + x3 * gj
+        k = 1
+    while k < d and (d - k) % 4 != 0:
+        g = G[k]
+        x0, x1, x2, x3 = Xs[k, i], Xs[k, i + 1], Xs[k, i + 2], Xs[k, i + 3]
+        for j in range(n):
+            gj = g[j]
+            a0[j] += x0 * gj
+            a1[j] += x1 * gj
+            a2[j] += x2 * gj
+            a3[j] += x3 * gj
+        k += 1
+    while k < d:
+        g0, g1, g2, g3 = G[k], G[k + 1], G[k + 2], G[k + 3]
+        p0, p1, p2, p3 = Xs[k, i], Xs[k + 1, i], Xs[k + 2, i], Xs[k + 3, i]
+        q0, q1, q2, q3 = Xs[k, i + 1], Xs[k + 1, i + 1], Xs[k + 2, i + 1], Xs[k + 3, i + 1]
+        r0, r1, r2, r3 = Xs[k, i + 2], Xs[k + 1, i + 2], Xs[k + 2, i + 2], Xs[k + 3, i + 2]
+        s0, s1, s2, s3 = Xs[k, i + 3], Xs[k + 1, i + 3], Xs[k + 2, i + 3], Xs[k + 3, i + 3]
+        for j in range(n):
+            y0, y1, y2, y3 = g0[j], g1[j], g2[j], g3[j]
+            a0[j] += ((p0 * y0 + p1 * y1) + p2 * y2) + p3 * y3
+            a1[j] += ((q0 * y0 + q1 * y1) + q2 * y2) + q3 * y3
+            a2[j] += ((r0 * y0 + r1 * y1) + r2 * y2) + r3 * y3
+            a3[j] += ((s0 * y0 + s1 * y1) + s2 * y2) + s3 * y3
+        k += 4
+    for j in range(n):
+        t = top[j]
+        t = a0[j] if a0[j] > t else t
+        t = a1[j] if a1[j] > t else t
+        t = a2[j] if a2[j] > t else t
+        top[j] = a3[j] if a3[j] > t else t
+
+
 @njit(**_FMA)
-def loss_and_rows(X, GU, CT, y, TT, gv1, ppT):
+def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
     """One seed's step on the subspace, sample by sample; returns the mean logistic loss.
 
-    X (d, D, H) the samples (the draw's layout); GU (d + 1, D, H): rows k < d are (Ws x_j)[k] with
-    Ws = log2(e) scale Wff, row d the values u_j = v1 . x_j (one product before the loop); CT (D, D)
-    = log2(e) scale P Wpp P^T [key i, query j]; y (H,). Writes TT (d, D, H): g T^T, whose product
-    with X summed over samples and queries is the Wff gradient; writes to gv1 (d,) the v1 gradient
-    and to ppT (D, D) the sum over samples of dL/dA [key i, query j].
+    X (d, D, H) the samples (the draw's layout); Wv (d + 1, d): rows k < d are Ws = log2(e) scale Wff,
+    row d is v1; CT (D, D) = log2(e) scale P Wpp P^T [key i, query j]; y (H,). Writes to gff (d, d)
+    the sum over samples of T^T X (the Wff gradient over scale), to gv1 (d,) the v1 gradient and to
+    ppT (D, D) the sum over samples of dL/dA [key i, query j].
     """
     d, D, H = X.shape
     gv1[:] = 0.0
@@ -126,31 +220,67 @@ def loss_and_rows(X, GU, CT, y, TT, gv1, ppT):
     z = np.empty(D, np.float32)
     ubar = np.empty(D, np.float32)
     gub = np.empty(D, np.float32)
+    gz = np.empty(D, np.float32)
     r = np.empty(D, np.float32)
     xi = np.empty(d, np.float32)
-    # a block of samples, each (d, D) (and G, u), read once per block: the draw's cache lines hold BLOCK samples
-    Xb = np.empty((BLOCK, d, D), np.float32)
-    Gb = np.empty((BLOCK, d + 1, D), np.float32)
-    Tb = np.empty((BLOCK, d, D), np.float32)
+    xi1 = np.empty(d, np.float32)
+    sk = np.empty(d, np.float32)
+    # a block of samples laid out [feature k, sample s, group i]: the draw's cache lines hold BLOCK
+    # samples; per block, G = [Ws; v1] X and sum_s T_s X_s^T are products over rows of BLOCK D
+    Xb = np.zeros((d, BLOCK, D), np.float32)
+    Gb = np.zeros((d + 1, BLOCK, D), np.float32)
+    Tb = np.zeros((d, BLOCK, D), np.float32)
+    Xf, Gf, Tf = Xb.reshape((d, BLOCK * D)), Gb.reshape((d + 1, BLOCK * D)), Tb.reshape((d, BLOCK * D))
+    Xs = np.empty((d, D), np.float32)  # this sample's rows
+    G = np.empty((d + 1, D), np.float32)
+    T = np.empty((d, D), np.float32)
+    gff[:, :] = 0.0
     loss = 0.0
     for b in range(H):
         t = b % BLOCK
         if t == 0:
             nb = min(BLOCK, H - b)
-            for k in range(d + 1):
-                for i in range(D):
-                    for s in range(nb):
-                        Gb[s, k, i] = GU[k, i, b + s]
             for k in range(d):
                 for i in range(D):
+                    src = X[k, i, b : b + nb]
                     for s in range(nb):
-                        Xb[s, k, i] = X[k, i, b + s]
-        Xs, G, T = Xb[t], Gb[t], Tb[t]
+                        Xb[k, s, i] = src[s]
+            kk = 0
+            while kk + 1 < d + 1:
+                _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1], False)
+                kk += 2
+            if kk < d + 1:
+                _combine(Gf[kk], Xf, Wv[kk], False)
+        for k in range(d):
+            xs, xb, gs, gb = Xs[k], Xb[k, t], G[k], Gb[k, t]
+            for j in range(D):
+                xs[j] = xb[j]
+                gs[j] = gb[j]
+        gs, gb = G[d], Gb[d, t]
+        for j in range(D):
+            gs[j] = gb[j]
         u = G[d]
         # scores A[i, j] = CT[i, j] + x_i^T Wff x_j (base 2), and their maximum over keys i
         for j in range(D):
             top[j] = -np.inf
-        for i in range(D):
+        i = 0
+        while i + 3 < D:
+            _scores4(A, CT, G[:d], Xs, i, top)
+            i += 4
+        while i + 1 < D:
+            a, c, a1, c1 = A[i], CT[i], A[i + 1], CT[i + 1]
+            for k in range(d):
+                xi[k] = Xs[k, i]
+                xi1[k] = Xs[k, i + 1]
+            for j in range(D):
+                a[j] = c[j]
+                a1[j] = c1[j]
+            _combine2(a, a1, G[:d], xi, xi1, True)
+            for j in range(D):
+                top[j] = a[j] if a[j] > top[j] else top[j]
+                top[j] = a1[j] if a1[j] > top[j] else top[j]
+            i += 2
+        if i < D:
             a, c = A[i], CT[i]
             for k in range(d):
                 xi[k] = Xs[k, i]
@@ -159,51 +289,60 @@ def loss_and_rows(X, GU, CT, y, TT, gv1, ppT):
             _combine(a, G[:d], xi, True)
             for j in range(D):
                 top[j] = a[j] if a[j] > top[j] else top[j]
-        # softmax over keys i (a column operation): 2^(A - top) = 2^n 2^x with |x| <= 1/2
+        # softmax over keys i (a column operation): E = 2^(A - top) = 2^n 2^x with |x| <= 1/2, its sums
+        # over keys z_j and the unnormalised values sum_i E_ij u_i; S = E / z is never written
         for j in range(D):
             z[j] = 0.0
-        for i in range(D):
-            a = A[i]
-            for j in range(D):
-                a[j] = _exp2(a[j] - top[j])
-                z[j] += a[j]
-        for j in range(D):
-            z[j] = _ONE / z[j]
             ubar[j] = 0.0
-        # S, ubar_j = sum_i S_ij u_i, r_i = sum_j S_ij (the mass key i receives)
         for i in range(D):
             a, ui = A[i], u[i]
             for j in range(D):
-                a[j] *= z[j]
-                ubar[j] += ui * a[j]
-            r[i] = _row_sum(a, D)
+                e = _exp2(a[j] - top[j])
+                a[j] = e
+                z[j] += e
+                ubar[j] += ui * e
         f = np.float32(0.0)
         for j in range(D):
+            z[j] = _ONE / z[j]
+            ubar[j] *= z[j]  # ubar_j = sum_i S_ij u_i
             f += ubar[j]
         # the mirror half has outputs -f and labels -y: the same margin, so the mean over 2H samples is
         # the mean over H, and every gradient term has the slope g of H samples
         nm = -y[b] * f
         loss += (nm if nm > 0 else 0.0) + math.log1p(math.exp(-abs(nm)))
         g = np.float32(-y[b] / H / (1.0 + math.exp(-nm)))
-        # dL/dA = g S o (u_i - ubar_j): summed over samples, and T^T = X^T dL/dA (rows over queries)
+        # dL/dA = g S o (u_i - ubar_j) = E_ij (u_i g z_j - g ubar_j z_j): summed over samples, and
+        # T^T = X^T dL/dA (rows over queries); r_i = sum_j S_ij = sum_j E_ij z_j, the mass key i receives
         for j in range(D):
-            gub[j] = g * ubar[j]
+            gz[j] = g * z[j]
+            gub[j] = gz[j] * ubar[j]
         for i in range(D):
-            a, p, gui = A[i], ppT[i], g * u[i]
+            a, p, ui = A[i], ppT[i], u[i]
+            r[i] = _row_dot(a, z, D)
             for j in range(D):
-                a[j] = a[j] * (gui - gub[j])
+                a[j] = a[j] * (ui * gz[j] - gub[j])
                 p[j] += a[j]
-        for k in range(d):
+        k = 0
+        while k + 1 < d:
+            _combine2(T[k], T[k + 1], A, Xs[k], Xs[k + 1], False)
+            k += 2
+        if k < d:
             _combine(T[k], A, Xs[k], False)
-        for k in range(d):
-            xk, s = Xs[k], np.float32(0.0)
-            for i in range(D):
-                s += r[i] * xk[i]
-            gv1[k] += g * s
-        if t == nb - 1:
-            b0 = b - t
+        for k in range(d):  # d sums at once (each in order over i): not one chain of dependent adds
+            sk[k] = 0.0
+        for i in range(D):
+            ri = r[i]
             for k in range(d):
-                for j in range(D):
-                    for s in range(nb):
-                        TT[k, j, b0 + s] = Tb[s, k, j]
+                sk[k] += ri * Xs[k, i]
+        for k in range(d):
+            gv1[k] += g * sk[k]
+        for k in range(d):
+            ts, tb = T[k], Tb[k, t]
+            for j in range(D):
+                tb[j] = ts[j]
+        if t == nb - 1:  # sum_s T_s X_s^T over the block: d^2 dot products of nb D terms
+            n = nb * D
+            for k in range(d):
+                for m in range(d):
+                    gff[k, m] += _row_dot(Tf[k], Xf[m], n)
     return loss / H
