@@ -199,8 +199,9 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
 
 
 def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads):
-    """The float32 step's parts: the draw, the per-sample loops (one numba call a seed), the products
-    around them (the kernel with its loops stubbed out), the descent; FLOPs by ``loops_phase_costs``."""
+    """The float32 step's parts: the draw, the per-sample loops (one numba call a seed, the products with X
+    inside), what runs around them (the kernel with its loops stubbed out), the descent; FLOPs by
+    ``loops_phase_costs``."""
     from groupsparse.model import symmetric, symmetric_loops
 
     tr = trainers["symmetric"]
@@ -213,7 +214,7 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
     costs = symmetric.loops_phase_costs(BATCH, D, d)
     real_loops = symmetric_loops.loss_and_rows
 
-    def products():  # the kernel with its loops left out: what runs around them
+    def around():  # the kernel with its loops left out: the position blocks' products and the torch calls
         symmetric_loops.loss_and_rows = lambda *a: 0.0
         try:
             for s in range(SEEDS):
@@ -224,7 +225,7 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
     parts = {
         "draw": (tr.draw, (0, 4 * d * D * H)),
         "loops": (lambda: [real_loops(*inputs[s]) for s in range(SEEDS)], costs["loops"]),
-        "products around the loops": (products, costs["products"]),
+        "around the loops (P (.) P^T, torch calls)": (around, costs["products"]),
         "descent": (lambda: tr.descend(grads, active), (2 * (m * m + m), 3 * 4 * (m * m + m))),
         "whole step": (lambda: tr.step(active), (symmetric.flops(BATCH, D, d, True), None)),
     }

@@ -122,8 +122,9 @@ POINTS = [
     P("p_d40_D64_s1_f64", 40, 64, 1, 300, 1024, 4096, dtype="float64", record_every=100),
     P("p_d40_D64_s5_f64", 40, 64, 5, 100, 1024, 4096, dtype="float64", record_every=100),
     # the theorem test's runs (configs/theorem.yaml): from the zero start, D >= 24, symmetric.py's kernel
-    P("p_sym_d10_D32_s5", 10, 32, 5, 2000, 512, 2048, record_every=100),
-    P("p_sym_d10_D64_s5", 10, 64, 5, 500, 512, 2048, record_every=100),
+    # (long enough that the steps, not the start-up, dominate the job's CPU time)
+    P("p_sym_d10_D32_s5", 10, 32, 5, 10000, 512, 2048, record_every=100),
+    P("p_sym_d10_D64_s5", 10, 64, 5, 2000, 512, 2048, record_every=100),
     P("p_sym_d10_D32_s3_f64", 10, 32, 3, 500, 512, 2048, dtype="float64", record_every=100),
     P("p_iid_d10_D10_s3", 10, 10, 3, 600, 512, 2048, sampling="iid"),
     P("p_add_d10_D10_s3", 10, 10, 3, 300, 512, 2048, model={"positions": "add"}),

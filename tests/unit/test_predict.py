@@ -125,3 +125,35 @@ def test_check_predictions_gives_the_claims_verdicts_for_runs_outside_the_dag(st
         ["check-predictions", "--predictions", str(out), "--spec", str(spec), "--trajectories", fit[0]]
     ) == (cli.EXIT_INPUT)
     assert "no run at a D with predictions" in capsys.readouterr().err
+
+
+def test_a_diverged_seed_makes_its_cell_inconclusive_and_the_figure_draws_it_hollow(study, tmp_path):
+    """One seed of the D = 32 run diverges: its cells are inconclusive (why: diverged), never judged on the
+    other seeds, while D = 24 keeps its verdict; the out-of-sample figure draws the other seeds' mean
+    at D = 32 hollow and D = 24 filled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from groupsparse.figures.theorem import out_of_sample_figure
+
+    traj, paths, spec, s = study
+    out = tmp_path / "pred.parquet"
+    fit = [p for D, p in paths.items() if s.fit_D_max >= D]
+    argv = ["predict", "--trajectories", *fit, "--spec", str(spec), "--out", str(out), "--out-csv", str(tmp_path / "c")]
+    assert cli.main(argv) == 0
+    one = (traj["D"] == 32) & (traj["seed"] == 1)
+    traj = traj[~one | (traj["step"] <= 5000)].copy()
+    traj.loc[one & (traj["step"] <= 5000), "status"] = "diverged"
+    predictions = io.read_parquet(out)
+    rows = analyse(traj, None, s, predictions).claims
+    rows = rows[rows["analysis"] == "out_of_sample"].set_index("D")
+    assert set(rows.loc[32, "verdict"]) == {"inconclusive"} and set(rows.loc[32, "why"]) == {"diverged"}
+    assert set(rows.loc[24, "verdict"]) == {"one law: exponential"}
+    fig = out_of_sample_figure(traj, predictions, KAPPAS)
+    for ax in fig.axes:
+        faces = {
+            int(line.get_xdata()[0]): line.get_markerfacecolor()
+            for line in ax.get_lines()
+            if line.get_marker() == "o" and len(line.get_xdata()) == 1
+        }
+        assert faces[32] == "none" and faces[24] != "none"

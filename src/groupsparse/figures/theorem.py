@@ -36,7 +36,19 @@ def out_of_sample_figure(traj: pd.DataFrame, predictions: pd.DataFrame | None, k
                     continue
                 color = "k" if fit_max >= D else "C2"
                 err = [[np.exp(mean) - np.exp(lo)], [np.exp(hi) - np.exp(mean)]] if np.isfinite(lo) else None
-                ax.errorbar(D, np.exp(mean), yerr=err, fmt="o", color=color, ms=4, capsize=2)
+                # a diverged seed makes the claim inconclusive: the other seeds' mean drawn hollow
+                hollow = bool((g["reason"] == "diverged").any())
+                ax.errorbar(
+                    D,
+                    np.exp(mean),
+                    yerr=err,
+                    fmt="o",
+                    color=color,
+                    mfc="none" if hollow else color,
+                    ms=4,
+                    capsize=2,
+                    label="a seed diverged (inconclusive)" if hollow else None,
+                )
         for law, q in p.groupby("law", sort=True):
             color, label = LAW_STYLE.get(law, ("C7", law))
             q = q.sort_values("D")
@@ -70,7 +82,8 @@ def out_of_sample_figure(traj: pd.DataFrame, predictions: pd.DataFrame | None, k
         ax.grid(alpha=0.3)
     fig.suptitle(
         f"Out-of-sample test: laws fitted on D <= {fit_max} (black points), predicted with {CONFIDENCE:.0%} "
-        "prediction intervals (open squares); green: measured beyond the fit"
+        "prediction intervals (open squares);\ngreen: measured beyond the fit (hollow: a seed diverged, the verdict is "
+        "inconclusive; the other seeds' mean)"
     )
     return fig
 
@@ -95,7 +108,17 @@ def population_limit_figure(limits: list[dict], quantities: list[str]):
                 ax.plot(x["D"] * shift, np.exp(v), "o", color=colors[b], ms=4, label=label)
                 shown.add(b)
             if x["blocked"]:
-                ax.annotate(x["blocked"], (x["D"], ax.get_ylim()[0]), fontsize=6, rotation=90, va="bottom", color="0.4")
+                # at the axis' foot whatever the y range becomes (data y would move with later points)
+                ax.annotate(
+                    x["blocked"],
+                    (x["D"], 0.02),
+                    xycoords=("data", "axes fraction"),
+                    fontsize=6,
+                    rotation=90,
+                    va="bottom",
+                    ha="center",
+                    color="0.4",
+                )
                 continue
             m, lo, hi = x["limit"]
             err = [[np.exp(m) - np.exp(lo)], [np.exp(hi) - np.exp(m)]]

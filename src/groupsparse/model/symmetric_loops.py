@@ -215,7 +215,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
     d, D, H = X.shape
     gv1[:] = 0.0
     ppT[:, :] = 0.0
-    A = np.empty((D, D), np.float32)  # scores, then attention S, then dL/dA [key i, query j]
+    A = np.empty((D, D), np.float32)  # scores, then E = 2^(A - top), then dL/dA [key i, query j]
     top = np.empty(D, np.float32)
     z = np.empty(D, np.float32)
     ubar = np.empty(D, np.float32)
@@ -245,7 +245,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
                     src = X[k, i, b : b + nb]
                     for s in range(nb):
                         Xb[k, s, i] = src[s]
-            kk = 0
+            kk = 0  # G over the whole block (a last, shorter block's rows past nb are stale, never read)
             while kk + 1 < d + 1:
                 _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1], False)
                 kk += 2
