@@ -6,7 +6,8 @@
 
 Per recorded quantity: the largest absolute difference over the steps both runs recorded, and the largest
 relative difference at each seed's last common step; per seed: the first step where the minimum attention
-on j* differs by more than 1e-3, each run's last step, status and 1 - min attention there. Exact kernels
+on j* differs by more than 1e-3, each run's last step, status and 1 - min attention there, and its largest
+recorded training loss (a spike that trips the divergence rule in one run may not in the other). Exact kernels
 agree to rounding where the dynamics do not amplify it, and part where they do (docs/STUDY.md 3.1).
 """
 
@@ -39,18 +40,18 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, parted_at: float = 1e-3) -> tuple[
         diff = (a.loc[common, q] - b.loc[common, q]).abs()
         rel = (diff.loc[at_last] / a.loc[at_last, q].abs()).max()
         rows.append({"quantity": q, "max_abs_diff": float(diff.max()), "max_rel_diff_at_last_common_step": float(rel)})
+    apart = (a.loc[common, "attention_min_on_relevant"] - b.loc[common, "attention_min_on_relevant"]).abs()
+    parted = apart[apart > parted_at].reset_index().groupby("seed")["step"].min()
     seeds = []
     for seed in last.index:
-        d = (a.loc[common, "attention_min_on_relevant"] - b.loc[common, "attention_min_on_relevant"]).abs()
-        d = d[d.index.get_level_values("seed") == seed]
-        parted = d[d > parted_at]
-        row = {"seed": int(seed), "parts_at_step": int(parted.index[0][1]) if len(parted) else None}
+        row = {"seed": int(seed), "parts_at_step": int(parted[seed]) if seed in parted.index else None}
         for name, t in (("a", a), ("b", b)):
-            end = t.loc[seed].iloc[-1]
+            run = t.loc[seed]
             row |= {
-                f"{name}_last_step": int(t.loc[seed].index[-1]),
-                f"{name}_status": end.get("status", ""),
-                f"{name}_1_minus_min_attention": float(1 - end["attention_min_on_relevant"]),
+                f"{name}_last_step": int(run.index[-1]),
+                f"{name}_status": run["status"].iloc[-1] if "status" in run else "",
+                f"{name}_1_minus_min_attention": float(1 - run["attention_min_on_relevant"].iloc[-1]),
+                f"{name}_max_train_loss": float(run["train_loss"].max()) if "train_loss" in run else float("nan"),
             }
         seeds.append(row)
     return pd.DataFrame(rows), pd.DataFrame(seeds)

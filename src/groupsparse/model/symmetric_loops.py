@@ -115,21 +115,21 @@ def _combine(out, rows, coef, accumulate):
 
 
 @njit(**_FMA, inline="always")
-def _combine2(out0, out1, rows, coef0, coef1, accumulate):
-    """_combine into two outputs in one pass over rows: each output's arithmetic in the same order."""
+def _combine2(out0, out1, rows, coef0, coef1):
+    """``_combine`` (not accumulating) into two outputs in one pass over ``rows`` (half the loads of the
+    rows), each output's arithmetic in ``_combine``'s order, so its bits are those of one at a time."""
     n, K = out0.shape[0], coef0.shape[0]
     k = 0
-    if not accumulate:
-        if K % 4 == 0:
-            for j in range(n):
-                out0[j] = 0.0
-                out1[j] = 0.0
-        else:
-            r, c0, c1 = rows[0], coef0[0], coef1[0]
-            for j in range(n):
-                out0[j] = c0 * r[j]
-                out1[j] = c1 * r[j]
-            k = 1
+    if K % 4 == 0:
+        for j in range(n):
+            out0[j] = 0.0
+            out1[j] = 0.0
+    else:
+        r, c0, c1 = rows[0], coef0[0], coef1[0]
+        for j in range(n):
+            out0[j] = c0 * r[j]
+            out1[j] = c1 * r[j]
+        k = 1
     while k < K and (K - k) % 4 != 0:
         r, c0, c1 = rows[k], coef0[k], coef1[k]
         for j in range(n):
@@ -223,7 +223,6 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
     gz = np.empty(D, np.float32)
     r = np.empty(D, np.float32)
     xi = np.empty(d, np.float32)
-    xi1 = np.empty(d, np.float32)
     sk = np.empty(d, np.float32)
     # a block of samples laid out [feature k, sample s, group i]: the draw's cache lines hold BLOCK
     # samples; per block, G = [Ws; v1] X and sum_s T_s X_s^T are products over rows of BLOCK D
@@ -247,7 +246,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
                         Xb[k, s, i] = src[s]
             kk = 0  # G over the whole block (a last, shorter block's rows past nb are stale, never read)
             while kk + 1 < d + 1:
-                _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1], False)
+                _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1])
                 kk += 2
             if kk < d + 1:
                 _combine(Gf[kk], Xf, Wv[kk], False)
@@ -263,24 +262,10 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
         # scores A[i, j] = CT[i, j] + x_i^T Wff x_j (base 2), and their maximum over keys i
         for j in range(D):
             top[j] = -np.inf
-        i = 0
-        while i + 3 < D:
+        quads = D - D % 4
+        for i in range(0, quads, 4):
             _scores4(A, CT, G[:d], Xs, i, top)
-            i += 4
-        while i + 1 < D:
-            a, c, a1, c1 = A[i], CT[i], A[i + 1], CT[i + 1]
-            for k in range(d):
-                xi[k] = Xs[k, i]
-                xi1[k] = Xs[k, i + 1]
-            for j in range(D):
-                a[j] = c[j]
-                a1[j] = c1[j]
-            _combine2(a, a1, G[:d], xi, xi1, True)
-            for j in range(D):
-                top[j] = a[j] if a[j] > top[j] else top[j]
-                top[j] = a1[j] if a1[j] > top[j] else top[j]
-            i += 2
-        if i < D:
+        for i in range(quads, D):  # the last D mod 4 keys, one at a time
             a, c = A[i], CT[i]
             for k in range(d):
                 xi[k] = Xs[k, i]
@@ -324,7 +309,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
                 p[j] += a[j]
         k = 0
         while k + 1 < d:
-            _combine2(T[k], T[k + 1], A, Xs[k], Xs[k + 1], False)
+            _combine2(T[k], T[k + 1], A, Xs[k], Xs[k + 1])
             k += 2
         if k < d:
             _combine(T[k], A, Xs[k], False)
