@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load((ROOT / "src/groupsparse/config/config.schema.yaml").read_text())
     config = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
     config["transfer"] |= {"sizes": [8, 32], "test_size": 200}
     run = preflight.check_study(config, schema, results=str(out / "results"))["base"]

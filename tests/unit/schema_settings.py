@@ -9,7 +9,7 @@ import yaml
 from groupsparse.analysis.settings import Settings
 from groupsparse.config.schema import fill_defaults
 
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[2] / "src" / "groupsparse" / "config" / "config.schema.yaml"
 
 
 def schema_config(**scaling_analysis) -> dict:

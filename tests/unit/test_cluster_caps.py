@@ -17,7 +17,7 @@ from groupsparse.study.runs import expand
 
 from conftest import REPO
 
-SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "src/groupsparse/config/config.schema.yaml").read_text())
 SHIPPED = ["config.yaml", "configs/tiny.yaml", "configs/paper.yaml", "configs/scaling.yaml"]
 # (config, device) pairs that keep their layout under the caps below. Not generated: the full scaling
 # grid on CPUs, whose D = 64 runs (1.5 D^3 steps, issue 14) take over 10 h a seed on a CPU thread, so

@@ -17,7 +17,7 @@ from groupsparse.study import preflight
 from conftest import REPO
 
 RECORDED = json.loads((REPO / "tests/unit/data/pretrain_spec_sha256.json").read_text())
-SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "src/groupsparse/config/config.schema.yaml").read_text())
 
 
 @pytest.mark.parametrize("configfile", sorted(RECORDED))

@@ -21,7 +21,7 @@ from hypothesis_jsonschema import from_schema
 from groupsparse.study import preflight
 
 REPO = Path(__file__).resolve().parents[2]
-SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "src/groupsparse/config/config.schema.yaml").read_text())
 TINY = yaml.safe_load((REPO / "configs/tiny.yaml").read_text())
 PROFILE = settings(
     max_examples=60, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)

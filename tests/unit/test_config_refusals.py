@@ -11,7 +11,7 @@ from groupsparse.study import outputs, preflight
 
 from conftest import REPO, tiny_config
 
-SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "src/groupsparse/config/config.schema.yaml").read_text())
 
 
 def refusal(config: dict, tmp_path) -> str:

@@ -1,7 +1,7 @@
 """No config string reaches a shell: generated from the schema, so a new string key is covered
 without touching this file.
 
-For every place in workflow/schemas/config.schema.yaml where a config may hold a string (a
+For every place in src/groupsparse/config/config.schema.yaml where a config may hold a string (a
 string-typed value, an enum, an item of a string list, the name of a map entry), a config with that
 place set to a value carrying shell syntax is either refused before any job with a message that
 names the key, or runs the study with no marker file created.
@@ -19,7 +19,7 @@ import yaml
 from groupsparse.study import preflight
 
 REPO = Path(__file__).resolve().parents[2]
-SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "src/groupsparse/config/config.schema.yaml").read_text())
 MARKER = "INJECTED_MARKER"
 PAYLOADS = {
     "command substitution": f"$(touch {MARKER})x",

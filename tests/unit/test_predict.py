@@ -72,6 +72,16 @@ def test_predict_writes_the_table_from_the_fit_levels(study, tmp_path):
     assert (power["lack_of_fit_p"] < 0.01).all() and (exp_["lack_of_fit_p"] > 0.001).all()
 
 
+def test_predict_without_fit_runs_writes_an_empty_table(study, tmp_path):
+    """A study with no grid run at D <= fit_D_max (ablations alone, say) has nothing to predict from."""
+    _, _, spec, _ = study
+    out = tmp_path / "pred.parquet"
+    argv = ["predict", "--trajectories", "--spec", str(spec), "--out", str(out), "--out-csv", str(tmp_path / "p.csv")]
+    assert cli.main(argv) == 0
+    table = io.read_parquet(out)
+    assert list(table.columns) == PREDICTION_COLUMNS and table.empty
+
+
 def test_predict_refuses_a_run_beyond_fit_D_max(study, tmp_path):
     _, paths, spec, _ = study
     argv = ["predict", "--trajectories", *paths.values(), "--spec", str(spec)]

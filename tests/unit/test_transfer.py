@@ -420,7 +420,7 @@ def test_cv_defaults_and_the_schema_agree():
 
     import yaml
 
-    schema = yaml.safe_load((Path(__file__).parents[2] / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load((Path(__file__).parents[2] / "src/groupsparse/config/config.schema.yaml").read_text())
     props = schema["$defs"]["transfer"]["properties"]
     spec = TransferSpec()
     for key, prop in props.items():

@@ -3,7 +3,6 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -11,6 +10,7 @@ min_version("9.0")
 # The package lives in src/; make it importable at parse time even without `pip install -e`.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from groupsparse import costs  # noqa: E402  (torch-free
+from groupsparse.config.schema import study_schema
 from groupsparse.costs import calibrate  # torch-free: its probe runs in a subprocess
 from groupsparse.io import files as io
 from groupsparse.io import report as report_text
@@ -20,9 +20,7 @@ from groupsparse.study import outputs, preflight, trust
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
 # folder: all before any job, each problem one line naming the key, file or value.
-_schema = yaml.safe_load(
-    (Path(workflow.basedir) / "workflow/schemas/config.schema.yaml").read_text()
-)
+_schema = study_schema()  # the package's schema file (workflow/schemas/ links to it)
 try:
     # Each study writes under results/<study_name>/ only, so two studies never overwrite or mix.
     STUDY_NAME = preflight.study_name(config, workflow.configfiles)

@@ -36,6 +36,8 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
     if not all(c in traj.columns for c in NEEDED) or "variant" not in traj.columns:
         return rows
     scaled = traj[traj["role"] == "scaling"]
+    if scaled.empty:
+        return rows
     variants = scaled["variant"].fillna("").astype(str)
     grid = scaled[variants == ""]
     c = min(s.target_c)

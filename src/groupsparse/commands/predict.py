@@ -11,10 +11,11 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--trajectories",
-        nargs="+",
-        required=True,
+        nargs="*",
+        default=[],
         metavar="PATH",
-        help="per-run pretraining trajectory tables of the grid runs with D <= scaling.analysis.fit_D_max",
+        help="per-run pretraining trajectory tables of the grid runs with D <= scaling.analysis.fit_D_max "
+        "(none: a study without such runs gets an empty predictions table)",
     )
     p.add_argument("--spec", required=True, help="analysis spec (JSON): scaling.analysis and ablations.analysis")
     p.add_argument("--out", required=True, help="output Parquet: the predictions table")
@@ -25,7 +26,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from dataclasses import asdict
 
-    from ..analysis.predict import predictions
+    import pandas as pd
+
+    from ..analysis.predict import PREDICTION_COLUMNS, predictions
     from ..analysis.settings import Settings
     from ..config.specs import config_hash
     from ..io import files as io
@@ -34,7 +37,7 @@ def run(args) -> int:
     settings = Settings.read(args.spec)
     traj, inputs = read_named(args.trajectories, "trajectory")
     try:
-        table = predictions(traj, settings)
+        table = predictions(traj, settings) if traj is not None else pd.DataFrame(columns=PREDICTION_COLUMNS)
     except ValueError as exc:
         raise io.InputError(str(exc)) from None
     prov = io.provenance(config_hash(asdict(settings)), "cpu", settings=asdict(settings), inputs=inputs)

@@ -1,10 +1,10 @@
-"""The study's settings schema (workflow/schemas/config.schema.yaml): the one home of ranges, enums and defaults.
+"""The study's settings schema (config.schema.yaml beside this module): the one home of ranges, enums and defaults.
 
 The Snakefile validates a whole study against it at parse time; the commands, which can also be
 called directly with a run spec, validate that spec against the same file's ``$defs`` here, so a
-range or an enum is written once. The file is read from the checkout the package is installed
-from (``pip install -e``): the workflow and the package are one repository, and a copy shipped as
-package data could drift from the file the workflow validates with. Torch-free.
+range or an enum is written once. The file ships inside the package (package data), so an installed
+package validates as the workflow does; workflow/schemas/config.schema.yaml is a link to it, where
+the Snakemake workflow template keeps a schema. Torch-free.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .errors import ConfigError
 ROLES = ("task", "scaling", "ablation")
 # What an error message may quote of a bad value: a YAML alias bomb must not be printed whole.
 MAX_SHOWN = 120
-SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"
 
 
 @functools.cache
@@ -31,7 +31,7 @@ def study_schema() -> dict[str, Any]:
     import yaml
 
     if not SCHEMA_PATH.is_file():
-        raise ConfigError(f"schema: {SCHEMA_PATH} not found (groupsparse must be installed from its checkout)")
+        raise ConfigError(f"schema: {SCHEMA_PATH} not found (a broken install of groupsparse: reinstall it)")
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
@@ -148,7 +148,7 @@ def _allowed(schema: dict[str, Any]) -> str:
         words.append(f"matching {schema['pattern']}")
     if schema.get("properties") and schema.get("additionalProperties") is False:
         words.append("with keys " + ", ".join(sorted(schema["properties"])))
-    return " ".join(words) or "see workflow/schemas/config.schema.yaml"
+    return " ".join(words) or "see src/groupsparse/config/config.schema.yaml"
 
 
 def shown(value: Any) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from .errors import ConfigError
 from .schema import ROLES, check_run_spec, schema_defaults  # noqa: F401 (ROLES: re-exported)
 
-# Ranges, enums and defaults of the settings live in workflow/schemas/config.schema.yaml (see schema.py);
+# Ranges, enums and defaults of the settings live in src/groupsparse/config/config.schema.yaml (see schema.py);
 # this module keeps the rules that tie several settings together.
 DTYPES = ("float32", "float64")  # also the transfer methods' precisions
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

@@ -109,7 +109,7 @@ class TransferSpec:
 
 def check_transfer(raw: Any, where: str = "transfer", checked: bool = False) -> None:
     """ConfigError naming ``<where>.<key>`` unless ``raw`` is a transfer section the jobs can trust:
-    the schema's ranges and enums (workflow/schemas/config.schema.yaml, the one home of those;
+    the schema's ranges and enums (src/groupsparse/config/config.schema.yaml, the one home of those;
     skipped when ``checked``: a merge of sections the study's schema check passed), then what only
     the method registry knows (method names, each method's own settings)."""
     problem = None if checked else section_problem(raw, "transfer")
