@@ -76,7 +76,9 @@ def study_config(transfer: bool, ablations: bool, scaling: str, images: bool) ->
                 "d": 3,
                 "seeds": 2,
                 "steps_per_D3": 0.05,
-                "variants": {"autograd_float64": {"pretrain": {"gradient": "autograd"}, "dtype": "float64", "D_grid": [7]}},
+                "variants": {
+                    "autograd_float64": {"pretrain": {"gradient": "autograd"}, "dtype": "float64", "D_grid": [7]}
+                },
             }
     if ablations:
         cfg["ablations"] = {
