@@ -1,7 +1,8 @@
 """groupsparse: the commands behind the study's Snakemake workflow, and tools to read its results.
 
 Each workflow rule calls one subcommand (pretrain, transfer, check-tables, aggregate, plot,
-scaling, image-figures, fetch); the others are for people: `review` (a finished study's answers),
+predict, scaling, image-figures, fetch); the others are for people: `population` (one trajectory of
+population gradient descent, by hand), `review` (a finished study's answers),
 `status` (how far a running study is, time left), `estimate` (how long a study will take),
 `calibrate` (the cost model against this machine), `summary` (print a result table), `snapshot`
 (docs/results.md). Run a study with `snakemake --cores all`; see README.md.
@@ -29,6 +30,7 @@ COMMANDS = (
     "scaling",
     "predict",
     "check_predictions",
+    "population",
     "image_figures",
     "snapshot",
     "status",

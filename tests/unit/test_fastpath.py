@@ -242,7 +242,7 @@ def test_antithetic_float_runs_keep_v2_and_cross_blocks_exactly_zero(dtype):
 
 
 @pytest.mark.parametrize("antithetic", [True, False])
-def test_batched_contractions_match_the_loops(antithetic, monkeypatch):
+def test_batched_contractions_match_the_loops(antithetic):
     """The einsum form of the two per-sample contractions (used on GPUs) against the CPU loops."""
     gen = torch.Generator().manual_seed(4)
     d, D, H = 5, 7, 33
@@ -251,10 +251,8 @@ def test_batched_contractions_match_the_loops(antithetic, monkeypatch):
     W = 0.5 * torch.randn(d + D, d + D, generator=gen, dtype=torch.float64)
     v = torch.randn(d + D, generator=gen, dtype=torch.float64)
     P = sine_positions(D, torch.float64)
-    monkeypatch.setattr(fastpath, "BATCHED_CONTRACTIONS", False)
-    want = fastpath.seed_loss_and_grads(W, v, X, y, P, 0.7, antithetic)
-    monkeypatch.setattr(fastpath, "BATCHED_CONTRACTIONS", True)
-    got = fastpath.seed_loss_and_grads(W, v, X, y, P, 0.7, antithetic)
+    want = fastpath.seed_loss_and_grads(W, v, X, y, P, 0.7, antithetic, batched=False)
+    got = fastpath.seed_loss_and_grads(W, v, X, y, P, 0.7, antithetic, batched=True)
     for g, w in zip(got, want):
         assert torch.allclose(g, w, rtol=1e-12, atol=1e-12 * float(w.abs().max()))
 
@@ -273,27 +271,19 @@ def _kernel_inputs(d, D, H, seed=5):
 
 @pytest.mark.parametrize("antithetic", [True, False])
 @pytest.mark.parametrize("d,D,H,scale", [(10, 10, 1024, 1.0), (4, 5, 33, 0.3), (3, 16, 65, 1.0), (1, 1, 7, 1.0)])
-def test_fused_float32_kernel_matches_float64(d, D, H, scale, antithetic, monkeypatch):
+def test_fused_float32_kernel_matches_float64(d, D, H, scale, antithetic):
     """The fused float32 kernel (numba loops) against the float64 torch path on the same inputs: float32
     rounding, no more than the float32 torch path's own deviation allows for."""
     args64 = _kernel_inputs(d, D, H)
     args32 = [a.float() for a in args64]
     want = fastpath.seed_loss_and_grads(*args64, scale, antithetic)
-    fused = fastpath.seed_loss_and_grads(*args32, scale, antithetic)
-    monkeypatch.setattr(fastpath, "FUSED_FLOAT32", False)
+    fused = fastpath.fused_loss_and_grads(*args32, scale, antithetic)
     torch_ops = fastpath.seed_loss_and_grads(*args32, scale, antithetic)
     for got, ops, w in zip(fused, torch_ops, want):
         assert got.dtype == torch.float32 and got.shape == w.shape
         size = float(w.abs().max())
         err, ops_err = float((got.double() - w).abs().max()), float((ops.double() - w).abs().max())
         assert err <= max(10 * ops_err, 1e-6 * size), (err, ops_err)
-
-
-def test_float64_never_takes_the_fused_path(monkeypatch):
-    args = _kernel_inputs(4, 5, 33)
-    want = fastpath.seed_loss_and_grads(*args, 0.7, True)
-    monkeypatch.setattr(fastpath, "FUSED_FLOAT32", False)
-    assert all(torch.equal(g, w) for g, w in zip(fastpath.seed_loss_and_grads(*args, 0.7, True), want))
 
 
 def test_denormals_flushed_inside_and_the_threads_setting_restored():

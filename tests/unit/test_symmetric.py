@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from groupsparse.config.specs import RunSpec
-from groupsparse.model import fastpath, fused, symmetric
+from groupsparse.model import dispatch, fastpath, fused, symmetric
 from groupsparse.model.transformer import sine_positions
 from groupsparse.training.pretrain import Trainer
 
@@ -41,12 +41,10 @@ def spec(dtype="float64", steps=20, d=10, D=24, batch=64, eta=0.5, **pretrain):
 
 
 @pytest.mark.parametrize("d,D,H,scale", [(10, 24, 40, 1.0), (3, 33, 17, 0.3), (1, 24, 5, 1.0)])
-def test_kernel_equals_the_general_kernel_on_the_subspace(d, D, H, scale, monkeypatch):
+def test_kernel_equals_the_general_kernel_on_the_subspace(d, D, H, scale):
     """float64: loss and gradients as the general kernel's to rounding; Wfp, Wpf, v2 gradients exactly 0."""
     W, v, X, y, P = subspace_inputs(d, D, H)
-    assert fastpath.use_symmetric(W, v, X, True)
-    got = fastpath.seed_loss_and_grads(W, v, X, y, P, scale, True)
-    monkeypatch.setattr(fastpath, "SYMMETRIC_KERNEL", False)
+    got = symmetric.loss_and_grads(W, v, X, y, P, scale)
     want = fastpath.seed_loss_and_grads(W, v, X, y, P, scale, True)
     for g, w in zip(got, want):
         assert torch.allclose(g, w, rtol=1e-12, atol=1e-12 * float(w.abs().max())), float((g - w).abs().max())
@@ -63,21 +61,23 @@ def test_forward_equals_the_general_forward():
     assert torch.allclose(mean, attn.mean(dim=(0, 3)), rtol=0, atol=1e-15)
 
 
-def test_dispatch_off_the_subspace_iid_or_small_D(monkeypatch):
-    """Off the subspace (a nonzero cross block or v2), with i.i.d. batches or below SYMMETRIC_MIN_D the
-    general kernel runs: the same bits as with the symmetric kernel switched off."""
-    W, v, X, y, P = subspace_inputs(4, 24, 30)
-    W2 = W.clone()
-    W2[0, 4 + 3] = 1e-3
-    v2 = v.clone()
-    v2[-1] = 1e-3
-    small = subspace_inputs(4, fastpath.SYMMETRIC_MIN_D - 1, 30)
-    cases = [(W2, v, X, y, P, True), (W, v2, X, y, P, True), (W, v, X, y, P, False), (*small, True)]
-    assert not any(fastpath.use_symmetric(c[0], c[1], c[2], c[5]) for c in cases)
-    got = [fastpath.seed_loss_and_grads(*c[:5], 1.0, c[5]) for c in cases]
-    monkeypatch.setattr(fastpath, "SYMMETRIC_KERNEL", False)
-    for c, g in zip(cases, got):
-        assert all(torch.equal(a, b) for a, b in zip(g, fastpath.seed_loss_and_grads(*c[:5], 1.0, c[5])))
+def test_the_plan_takes_the_symmetric_kernel_only_where_every_step_is_on_the_subspace():
+    """From the zero start with antithetic batches at D >= SYMMETRIC_MIN_D: the symmetric kernel (float32 on
+    a CPU: its loops); a random start, i.i.d. batches or a smaller D: the general kernel; float32 on a CPU:
+    its fused form; another model: autograd."""
+    big = dispatch.SYMMETRIC_MIN_D
+    assert dispatch.plan(spec("float64", D=big)) == dispatch.Plan("symmetric")
+    assert dispatch.plan(spec("float32", D=big)) == dispatch.Plan("symmetric_loops")
+    assert dispatch.plan(spec("float64", D=big - 1)) == dispatch.Plan("general")
+    assert dispatch.plan(spec("float32", D=big - 1)) == dispatch.Plan("general_fused")
+    assert dispatch.plan(spec("float64", D=big, sampling="iid")) == dispatch.Plan("general")
+    off = RunSpec.from_dict(spec("float64", D=big).to_dict() | {"model": {"init": "random"}})
+    assert dispatch.plan(off) == dispatch.Plan("general")
+    added = RunSpec.from_dict(spec("float64", D=big).to_dict() | {"model": {"positions": "add"}})
+    assert dispatch.plan(added) == dispatch.Plan("autograd")
+    assert dispatch.plan(spec("float32", D=big, gradient="population")) == dispatch.Plan("symmetric_loops", True)
+    with pytest.raises(ValueError, match="zero start"):
+        dispatch.plan(off, kernel="symmetric")
 
 
 def test_weighted_attention_sum_loop_matches_torch():
@@ -96,7 +96,7 @@ def test_float32_trajectory_within_1e5_of_float64_at_D32(monkeypatch):
     rounding to O(1) differences in either kernel: not a kernel property)."""
     calls = []
     real = symmetric.loss_and_grads
-    monkeypatch.setattr(symmetric, "loss_and_grads", lambda *a: calls.append(a[2].dtype) or real(*a))
+    monkeypatch.setattr(symmetric, "loss_and_grads", lambda *a, **k: calls.append(a[2].dtype) or real(*a, **k))
     runs = {
         dt: Trainer(
             spec(dt, steps=3000, D=32, batch=64, eta=0.1, record_every=250), [0], draw_dtype=torch.float32
@@ -158,13 +158,11 @@ def test_float32_loops_equal_float64_to_float32_rounding(d, D, H, scale, monkeyp
     W, v, X, y, P = subspace_inputs(d, D, H)
     want = symmetric.loss_and_grads(W, v, X, y, P, scale)
     args32 = [t.float() for t in (W, v, X, y, P)]
-    assert symmetric.takes_loops(torch.float32, "cpu")
     calls = []
     real = symmetric._loss_and_grads_loops
     monkeypatch.setattr(symmetric, "_loss_and_grads_loops", lambda *a: calls.append(1) or real(*a))
-    got = symmetric.loss_and_grads(*args32, scale)
+    got = symmetric.loss_and_grads(*args32, scale, loops=True)
     assert calls == [1]
-    monkeypatch.setattr(symmetric, "LOOPS", False)
     torch32 = symmetric.loss_and_grads(*args32, scale)
     for g, t, w in zip(got, torch32, want):
         assert g.dtype == torch.float32

@@ -39,11 +39,12 @@ def run(args) -> int:
     set_threads(args.threads)
     print(
         f"pretrain {spec.task_name}: seeds {args.seeds}, {spec.pretrain.steps} steps, "
-        f"batch {spec.pretrain.batch}, eta {spec.pretrain.eta}, {spec.dtype} on {spec.device}, "
+        f"batch {spec.pretrain.batch}, eta {spec.pretrain.step_size(spec.task.D):g}, {spec.dtype} on {spec.device}, "
         f"{args.threads} thread(s)",
         flush=True,
     )
     trainer = Trainer(spec, args.seeds, resume_path=args.resume_state, resume_every=args.resume_every)
+    print(f"  {trainer.algorithm} gradient descent, kernel {trainer.plan.kernel}", flush=True)
     bar = Progress(spec.pretrain.steps, "steps")
     res = trainer.run(progress=lambda step, loss: bar.update(step))
     if res.resumed_from_step:
@@ -69,7 +70,8 @@ def run(args) -> int:
             f"groupsparse pretrain: diverged (loss non-finite, or above {DIVERGE_FACTOR:g}x its start for "
             f"{DIVERGE_PATIENCE} steps in a row) "
             f"at (seed, step): {diverged}; "
-            f"lower pretrain.eta (now {spec.pretrain.eta}) or set pretrain.on_diverge: record",
+            f"lower pretrain.eta (now {spec.pretrain.step_size(spec.task.D):g} at D = {spec.task.D}) or set "
+            "pretrain.on_diverge: record",
             file=sys.stderr,
         )
         return EXIT_DIVERGED

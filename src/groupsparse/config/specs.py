@@ -34,6 +34,11 @@ _PRETRAIN = schema_defaults("pretrain")
 _TOP = schema_defaults()
 
 
+# Settings added after runs existed (see RunSpec.to_dict), by section.
+ADDED_SETTINGS = {"pretrain": ("eta_D_limit", "optimizer")}
+_SECTION_DEFAULTS = {"pretrain": _PRETRAIN}
+
+
 def _check(cond: bool, key: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"{key}: {msg}")
@@ -246,7 +251,9 @@ class PretrainSpec:
     record_every: int = _PRETRAIN["record_every"]
     attention_checkpoints: int = _PRETRAIN["attention_checkpoints"]
     on_diverge: str = _PRETRAIN["on_diverge"]
+    eta_D_limit: float | None = _PRETRAIN["eta_D_limit"]
     gradient: str = _PRETRAIN["gradient"]
+    optimizer: str = _PRETRAIN["optimizer"]
 
     def validate(self, where: str = "pretrain") -> None:
         _check(
@@ -255,6 +262,15 @@ class PretrainSpec:
             f"must be even with sampling: antithetic (X is drawn with -X), got {self.batch}",
         )
         _check(self.eval_size % 2 == 0, f"{where}.eval_size", f"must be even, got {self.eval_size}")
+        _check(
+            self.gradient != "population" or self.optimizer == "gd",
+            f"{where}.optimizer",
+            "population mode is plain gradient descent on its subspace; use optimizer: gd",
+        )
+
+    def step_size(self, D: int) -> float:
+        """The step size at D: eta, or min(eta, eta_D_limit / D) with the D-dependent rule."""
+        return self.eta if self.eta_D_limit is None else min(self.eta, self.eta_D_limit / D)
 
 
 @dataclass(frozen=True)
@@ -292,6 +308,8 @@ class RunSpec:
             pretrain=_take(PretrainSpec, raw.get("pretrain"), "pretrain"),
             **{key: raw[key] for key in ("dtype", "device", "run_name", "role", "variant") if key in raw},
         )
+        if spec.pretrain.gradient == "population":
+            _check_population(spec)
         _check(
             spec.task.kind != "images" or spec.pretrain.sampling == "iid",
             "pretrain.sampling",
@@ -301,7 +319,15 @@ class RunSpec:
         return spec
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The spec as a dict: what spec files hold and the science hash reads. A setting added after
+        runs existed is left out at its default, so earlier spec files keep their bytes and their
+        runs' checkpoints stay theirs (tests/unit/test_config_frozen_specs.py)."""
+        out = asdict(self)
+        for section, keys in ADDED_SETTINGS.items():
+            for key in keys:
+                if out[section][key] == _SECTION_DEFAULTS[section][key]:
+                    del out[section][key]
+        return out
 
     def science_hash(self) -> str:
         """Hash of what determines the numbers (device excluded: the same run on cuda is comparable;
@@ -310,6 +336,36 @@ class RunSpec:
         for key in ("device", "role", "variant"):
             d.pop(key)
         return config_hash(d)
+
+
+def _check_population(spec: RunSpec) -> None:
+    """Population mode projects onto the subspace that the paper's data law and model keep from the zero
+    start: every setting that breaks one of those symmetries is refused here, naming it."""
+    t, m = spec.task, spec.model
+    _check(t.kind == "synthetic", "task.kind", "pretrain.gradient: population needs a synthetic task")
+    _check(
+        t.features == "gaussian",
+        "task.features",
+        "pretrain.gradient: population needs gaussian features (rotations fixing v* must keep the law), "
+        f"got {t.features}",
+    )
+    _check(
+        t.relevant_groups == 1,
+        "task.relevant_groups",
+        f"pretrain.gradient: population needs one relevant group, got {t.relevant_groups}",
+    )
+    _check(
+        m.is_paper_model and m.score_scale in ("none", "sqrt"),
+        "model",
+        "pretrain.gradient: population needs the paper model (positions: concat, attention: merged, layers: 1)",
+    )
+    _check(m.init == "zero", "model.init", "pretrain.gradient: population starts from the zero start; use init: zero")
+    _check(
+        t.d >= 2 and t.D >= 3,
+        "task.d",
+        f"pretrain.gradient: population needs d >= 2 and D >= 3 (every orbit of the subspace non-empty), "
+        f"got d = {t.d}, D = {t.D}",
+    )
 
 
 def _task_class(raw: Any):

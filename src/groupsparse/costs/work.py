@@ -8,8 +8,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..model import kernel_flops
-from ..model.kernel_flops import SYMMETRIC_MIN_D
+from ..model import dispatch, kernel_flops
 from ..transfer import methods as registry  # torch-free: each method module declares its work
 from ..transfer.spec import DOWNSTREAM, TransferSpec
 
@@ -57,23 +56,13 @@ def _token_width(model: dict, d: int, D: int) -> int:
 
 
 def _path(spec: dict) -> str:
-    model, pre = spec.get("model", {}), spec.get("pretrain", {})
-    paper = (model.get("positions", "concat"), model.get("attention", "merged"), model.get("layers", 1)) == (
-        "concat",
-        "merged",
-        1,
-    )
-    if not paper or pre.get("gradient", "auto") == "autograd":
-        return "autograd"
-    if pre.get("sampling", "antithetic") != "antithetic":
-        return "iid"
-    # from the zero start a run stays on the symmetric subspace: symmetric.py's kernel from SYMMETRIC_MIN_D on
-    # (float32 on a CPU: its per-sample loops, another cost per FLOP than its torch form)
-    on_subspace = model.get("init", "zero") == "zero" and spec["task"]["D"] >= SYMMETRIC_MIN_D
-    if not on_subspace or spec["task"].get("kind", "synthetic") != "synthetic":
-        return "antithetic"
-    loops = spec.get("dtype", "float32") == "float32" and spec.get("device", "cpu") == "cpu"
-    return "symmetric_loops" if loops else "symmetric"
+    """The cost model's path of a run (``costs/costs.yaml`` is fitted per path): the implementation
+    ``dispatch.plan`` chooses, the general closed form split by its sampling (i.i.d. batches have no
+    mirror half to fold)."""
+    kernel = dispatch.plan(spec).kernel
+    if kernel.startswith("general"):
+        return "antithetic" if spec.get("pretrain", {}).get("sampling", "antithetic") == "antithetic" else "iid"
+    return kernel
 
 
 def pretrain_flops(path: str, S: int, L: int, d: int, D: int, m: int, T: int, B: int, R: int, E: int) -> int:

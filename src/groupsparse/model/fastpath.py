@@ -17,13 +17,11 @@ Same numbers as ``model.loss_and_grads_closed_form`` (up to rounding), computed 
   multiplies by X once more folds the two halves before the matrix product.
 - One seed at a time: each seed runs the same operations on the same shapes whether it
   trains alone or among others, so batched seeds give the bits of single-seed runs.
-- On the symmetric subspace at large D (antithetic batches, v2 = Wfp = Wpf = 0: every run from the
-  zero start) the work is a (D x D) softmax per sample: ``symmetric.py`` computes it once for both
-  mirror halves (``SYMMETRIC_KERNEL``, ``SYMMETRIC_MIN_D``): float32 on a CPU as one numba loop per
-  sample (``symmetric_loops.py``), otherwise with batched matmuls.
 - float32 on a CPU: the elementwise steps between the two matrix products, some 40 torch
-  passes over (D, D, B/2) tensors, run as three fused loops (``fused.py``), and subnormal
-  numbers are flushed meanwhile; float64 (and a GPU) keep the torch path, bit for bit.
+  passes over (D, D, B/2) tensors, run as three fused loops (``fused_loss_and_grads``, ``fused.py``),
+  and subnormal numbers are flushed meanwhile; float64 (and a GPU) keep the torch path, bit for bit.
+- Which of these a run takes (and when ``symmetric.py``'s kernel replaces them on the symmetric
+  subspace at large D) is decided in one place, ``dispatch.plan``.
 
 FLOP count of the dense formula (what the benchmark reports, per seed and step, counting
 a multiply-add as 2): scores Z W (2 B D m^2) and (Z W) Z^T (2 B D^2 m), W-gradient
@@ -32,30 +30,14 @@ G Z (2 B D^2 m) and Z^T (G Z) (2 B D m^2): 4 B D m (m + D), m = d + D.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 
 import numpy as np
 import torch
 
-from . import kernel_flops, symmetric
 from .cpu import denormals_flushed, numpy_blas_one_thread
 
 LOG2E = 1.4426950408889634
-# The two per-sample contractions over d or D (the quadratic score block and its gradient) as a loop of
-# elementwise multiply-adds (fast on a CPU: contiguous, no copies) or as one batched matmul (einsum: on a
-# GPU the loop would be d + D kernel launches per seed and step). None: einsum off the CPU only.
-BATCHED_CONTRACTIONS: bool | None = None
-# float32 on a CPU: the passes between the kernel's two matrix products fused into numba loops (fused.py;
-# 5 seeds at the default size: 2.9 ms instead of 5.2). float64 keeps the torch path: the study's results carry its bits.
-FUSED_FLOAT32 = True
-# Antithetic batches on the symmetric subspace (v2 and W's cross blocks exactly 0, as from the zero start) at
-# D >= SYMMETRIC_MIN_D: the kernel of ``symmetric.py`` (d = 10, batch 512, float32, whole step: 3.4x faster
-# at D = 32 and 15x at D = 64; 1.4x at D = 16, where the study keeps the general kernel: its D <= 16
-# runs are cheap and their float32 results carry that kernel's bits). Off (the benchmark's reference):
-# the general kernel below at every D.
-SYMMETRIC_KERNEL = True
-SYMMETRIC_MIN_D = kernel_flops.SYMMETRIC_MIN_D
 _fused_workspace = threading.local()  # see _fused_buffers
 
 
@@ -83,13 +65,19 @@ def batch_inner(X: torch.Tensor) -> torch.Tensor:
 
 
 def seed_forward(
-    W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, P: torch.Tensor, scale: float = 1.0, antithetic: bool = False
+    W: torch.Tensor,
+    v: torch.Tensor,
+    X: torch.Tensor,
+    P: torch.Tensor,
+    scale: float = 1.0,
+    antithetic: bool = False,
+    batched: bool | None = None,
 ):
     """Outputs f (M, H) and attention (M, D, D, H) [half, key i, query j, sample] of one seed.
 
     Arguments as in :func:`seed_loss_and_grads`; M = 2 halves [X, -X] with ``antithetic``, else 1.
     """
-    attn, u = _attention_and_values(W, v, X, P, scale, antithetic)
+    attn, u = _attention_and_values(W, v, X, P, scale, antithetic, _batched(X, batched))
     return (u * attn.sum(2)).sum(1), attn
 
 
@@ -101,22 +89,22 @@ def seed_loss_and_grads(
     P: torch.Tensor,
     scale: float = 1.0,
     antithetic: bool = False,
+    batched: bool | None = None,
 ):
-    """Loss and exact gradients of the paper model for one seed.
+    """Loss and exact gradients of the paper model for one seed, in torch operations.
 
     W (m, m), v (m,) with m = d + D; X (d, D, H): X[k, j, b] = coordinate k of group j of
     sample b; y (H,) labels in {-1, +1}; P (D, D) positions, row j = p_j. With
     ``antithetic`` the batch is [X, -X] with labels [y, -y] (B = 2H), else B = H.
     Returns the mean logistic loss (0-dim), dL/dW (m, m) and dL/dv (m,).
-    float32 on a CPU: the elementwise middle runs fused (``fused.py``), unless FUSED_FLOAT32 is off.
+    ``batched``: the two per-sample contractions over d or D (the quadratic score block and its
+    gradient) as one batched einsum, or as a loop of elementwise multiply-adds (fast on a CPU:
+    contiguous, no copies; on a GPU it would be d + D kernel launches per seed and step). None:
+    einsum off the CPU only. The same step for float32 on a CPU, faster: :func:`fused_loss_and_grads`.
     """
-    if use_symmetric(W, v, X, antithetic):
-        with denormals_flushed() if X.device.type == "cpu" else contextlib.nullcontext():
-            return symmetric.loss_and_grads(W, v, X, y, P, scale)
-    if FUSED_FLOAT32 and X.device.type == "cpu" and X.dtype == torch.float32 and not _batched(X):
-        return _fused_loss_and_grads(W, v, X, y, P, scale, antithetic)
+    batched = _batched(X, batched)
     d, D, H = X.shape
-    attn, u = _attention_and_values(W, v, X, P, scale, antithetic)
+    attn, u = _attention_and_values(W, v, X, P, scale, antithetic, batched)
     r = attn.sum(2)  # mass each key receives
     f = (u * r).sum(1)  # (M, H) outputs
     loss, g = _loss_and_slope(f, y, antithetic)
@@ -145,7 +133,7 @@ def seed_loss_and_grads(
         K[d].copy_(gr[0])
         even_gr = gr[0]
     T = K[:d]
-    if _batched(X):
+    if batched:
         T.copy_(torch.einsum("kib,ijb->kjb", X, even_gG))
     else:
         xs, gs = X.unsqueeze(2).unbind(1), even_gG.unsqueeze(1).unbind(0)  # views made in C++, not Python
@@ -158,14 +146,9 @@ def seed_loss_and_grads(
     return loss, gW, gv
 
 
-def use_symmetric(W: torch.Tensor, v: torch.Tensor, X: torch.Tensor, antithetic: bool) -> bool:
-    """Whether :func:`seed_loss_and_grads` takes the symmetric-subspace kernel for this seed and batch."""
-    d, D, _ = X.shape
-    return SYMMETRIC_KERNEL and antithetic and D >= SYMMETRIC_MIN_D and symmetric.on_subspace(W, v, d)
-
-
-def _fused_loss_and_grads(W, v, X, y, P, scale: float, antithetic: bool):
-    """seed_loss_and_grads for float32 on a CPU: the same steps, the elementwise ones fused (fused.py).
+def fused_loss_and_grads(W, v, X, y, P, scale: float, antithetic: bool):
+    """seed_loss_and_grads for float32 on a CPU: the same steps, the elementwise ones fused (fused.py;
+    5 seeds at the default size: 2.9 ms instead of 5.2).
 
     The two matrix products run in numpy's BLAS (OpenBLAS, one thread a call, as torch's): with an
     inner dimension of d it computes R in 75 us where torch's MKL takes 128 (d = D = 10, B = 2048).
@@ -257,8 +240,8 @@ def _assemble(K, X, P, pp, pv, scale: float, antithetic: bool):
     return gW, gv
 
 
-def _batched(X: torch.Tensor) -> bool:
-    return X.device.type != "cpu" if BATCHED_CONTRACTIONS is None else BATCHED_CONTRACTIONS
+def _batched(X: torch.Tensor, batched: bool | None) -> bool:
+    return X.device.type != "cpu" if batched is None else batched
 
 
 def _score_rows(W, v, X, P, scale: float):
@@ -277,14 +260,14 @@ def _score_rows(W, v, X, P, scale: float):
     return R, P @ Ws[d:, d:] @ Pt, P @ v[d:]
 
 
-def _attention_and_values(W, v, X, P, scale: float, antithetic: bool):
+def _attention_and_values(W, v, X, P, scale: float, antithetic: bool, batched: bool):
     """Attention (M, D, D, H) [half, key i, query j, b] and values u = v . z_i (M, D, H)."""
     d, D, H = X.shape
     M = 2 if antithetic else 1  # mirror halves: +X (and -X)
     new = dict(dtype=X.dtype, device=X.device)
     R, C, pv = _score_rows(W, v, X, P, scale)
     odd = R[d + D : d + 2 * D] + R[d : d + D].transpose(0, 1)  # [i, j, b]: odd in X
-    if _batched(X):  # [i, j, b]: x_i^T Wff x_j, even in X
+    if batched:  # [i, j, b]: x_i^T Wff x_j, even in X
         even = torch.einsum("kib,kjb->ijb", R[:d], X)
     else:
         rs, xs = R[:d].unsqueeze(2).unbind(0), X.unsqueeze(1).unbind(0)

@@ -1,12 +1,6 @@
-"""FLOP models of the fast kernels, torch-free: the cost model (``costs``) counts with them too.
-
-``SYMMETRIC_MIN_D``: from this D on, runs on the symmetric subspace take ``symmetric.py``'s kernel
-(``fastpath.use_symmetric``); below it the general kernel is faster.
-"""
+"""FLOP models of the fast kernels, torch-free: the cost model (``costs``) counts with them too."""
 
 from __future__ import annotations
-
-SYMMETRIC_MIN_D = 24
 
 
 def symmetric_flops(B: int, D: int, d: int, loops: bool = False) -> int:

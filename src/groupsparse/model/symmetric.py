@@ -18,10 +18,11 @@ The gradients of Wfp, Wpf and v2 are returned as exact zeros, which is what the 
 in float32 and float64, on a CPU or a GPU. Each seed runs the same operations on the same shapes
 alone or among others, so batched seeds give the bits of single-seed runs.
 
-float32 on a CPU takes another form of the same step (``LOOPS``, ``symmetric_loops.py``): one numba
-loop per sample whose (D, D) block never leaves the L1 cache, the products with X inside it a block
-of samples at a time (its FLOPs: ``loops_phase_costs``); benchmarks/README.md gives its speed beside this module's torch
-form (``python benchmarks/bench.py``, the ``large D kernel`` rows).
+float32 on a CPU takes another form of the same step (``loops=True``, ``symmetric_loops.py``): one
+numba loop per sample whose (D, D) block never leaves the L1 cache, the products with X inside it a
+block of samples at a time (its FLOPs: ``loops_phase_costs``); benchmarks/README.md gives its speed
+beside this module's torch form (``python benchmarks/bench.py``, the ``large D kernel`` rows). Which
+form a run takes: ``dispatch.plan``.
 
 FLOP count per sample (H = B/2 of them), counting a multiply-add as 2 and an exponential as 1,
 what the kernel executes: Q = X Wff and u = X v1 2 D d (d + 1), scores 2 d D^2, constant block
@@ -44,15 +45,7 @@ from .kernel_flops import symmetric_torch_phases as phase_costs
 
 __all__ = ["flops", "loops_phase_costs", "phase_costs"]  # re-exported: the FLOP models live torch-free
 
-# float32 on a CPU: the per-sample numba loops (``symmetric_loops``); off: the batched torch products
-# below (what float64 and GPU runs take)
-LOOPS = True
 _LOG2E = 1.0 / math.log(2.0)
-
-
-def takes_loops(dtype: torch.dtype, device: torch.device | str) -> bool:
-    """Whether ``loss_and_grads`` runs the per-sample loops for samples of this dtype and device."""
-    return LOOPS and torch.device(device).type == "cpu" and dtype == torch.float32
 
 
 def on_subspace(W: torch.Tensor, v: torch.Tensor, d: int) -> bool:
@@ -93,13 +86,16 @@ def forward(W, v, X, P, scale: float = 1.0, chunk: int = 256):
     return torch.cat(fs), (total / N).T
 
 
-def loss_and_grads(W, v, Xi, y, P, scale: float = 1.0):
+def loss_and_grads(W, v, Xi, y, P, scale: float = 1.0, loops: bool = False):
     """Mean logistic loss and exact gradients dL/dW (m, m), dL/dv (m,) of one seed on the subspace.
 
     Arguments as ``fastpath.seed_loss_and_grads`` with ``antithetic``: Xi (d, D, H) is the first
-    half of the batch [X, -X], y (H,) its labels. The caller checks ``on_subspace``.
+    half of the batch [X, -X], y (H,) its labels. The caller keeps the run on the subspace
+    (``dispatch.plan``). ``loops``: the per-sample numba loops (float32 on a CPU only).
     """
-    if takes_loops(Xi.dtype, Xi.device):
+    if loops:
+        if not (Xi.dtype == torch.float32 and Xi.device.type == "cpu"):
+            raise ValueError(f"the symmetric loops run float32 on a CPU, got {Xi.dtype} on {Xi.device}")
         return _loss_and_grads_loops(W, v, Xi, y, P, scale)
     X, A, u = scores(W, v, Xi, P, scale)
     return backward(W, v, X, softmax(A), u, y, P, scale)

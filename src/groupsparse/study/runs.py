@@ -123,14 +123,32 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
     return run
 
 
+def _step_size(config: dict, pre: dict, D: int) -> float:
+    """eta(D) of a run whose pretraining overrides are ``pre`` (PretrainSpec.step_size, on the merged settings)."""
+    merged = deep_merge(config.get("pretrain", {}), pre)
+    limit = merged.get("eta_D_limit")
+    return merged["eta"] if limit is None else min(merged["eta"], limit / D)
+
+
 def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:
-    """A scaling run's pretraining settings: steps raised to ceil(scaling.steps_per_D3 * D^3) where
-    that is more, so the steps kappa D^3 of the concentration test are reached at every D."""
+    """A scaling run's pretraining settings: steps raised to ceil(scaling.steps_per_D3 * D^3), or to
+    ceil(flow_time_per_D3 * D^3 / eta(D)), where that is more, so the steps (or the flow times) kappa D^3
+    of the concentration test are reached at every D; records_per_run sets the recording interval."""
     pre = copy.deepcopy(scaling.get("pretrain") or {})
-    per = float(scaling.get("steps_per_D3") or 0)
+    steps = int(pre.get("steps", config["pretrain"]["steps"]))  # the schema filled the study's
+    per, flow = float(scaling.get("steps_per_D3") or 0), float(scaling.get("flow_time_per_D3") or 0)
     if per > 0:
-        steps = pre.get("steps", config["pretrain"]["steps"])  # the schema filled the study's
-        pre["steps"] = max(int(steps), math.ceil(per * D**3))
+        steps = max(steps, math.ceil(per * D**3))
+    if flow > 0:
+        steps = max(steps, math.ceil(flow * D**3 / _step_size(config, pre, D)))
+    return _with_length(pre, steps, scaling)
+
+
+def _with_length(pre: dict, steps: int, scaling: dict) -> dict:
+    """``pre`` training ``steps`` steps, recorded every steps / scaling.records_per_run where that is set."""
+    pre["steps"] = steps
+    if scaling.get("records_per_run"):
+        pre["record_every"] = max(1, steps // int(scaling["records_per_run"]))
     return pre
 
 
@@ -175,10 +193,14 @@ def expand(config: dict, checked: bool = False) -> dict[str, Run]:
             for D in Ds:
                 for b in check["batches"]:
                     name = f"scale_d{d}_D{D}_batch{b}"
+                    pre = _scaling_pretrain(config, scaling, D) | {"batch": b}
+                    if check.get("flow_time_per_D3"):
+                        flow = float(check["flow_time_per_D3"]) * D**3
+                        pre = _with_length(pre, math.ceil(flow / _step_size(config, pre, D)), scaling)
                     entry = {
                         "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
                         "task": base | {"d": d, "D": D},
-                        "pretrain": _scaling_pretrain(config, scaling, D) | {"batch": b},
+                        "pretrain": pre,
                         "transfer": {"enabled": False},
                         "dtype": scaling.get("dtype"),
                     }
@@ -197,7 +219,11 @@ def expand(config: dict, checked: bool = False) -> dict[str, Run]:
                     name = f"stab_{vname}_d{d}_D{D}"
                     pre = deep_merge(scaling.get("pretrain") or {}, variant.get("pretrain"))
                     pre |= {"seeds": stability["seeds"], "seeds_per_job": stability["seeds"]}
-                    pre["steps"] = math.ceil(float(stability["steps_per_D3"]) * D**3)
+                    if stability.get("flow_time_per_D3"):
+                        steps = math.ceil(float(stability["flow_time_per_D3"]) * D**3 / _step_size(config, pre, D))
+                    else:
+                        steps = math.ceil(float(stability["steps_per_D3"]) * D**3)
+                    pre = _with_length(pre, steps, scaling)
                     entry = {
                         "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
                         "task": base | {"d": d, "D": D},

@@ -1,8 +1,11 @@
-"""Population gradient descent for several seeds at once (docs/STUDY.md section 3).
+"""Pretraining for several seeds at once (docs/STUDY.md section 3): gradient descent on fresh batches.
 
 Each seed has its own task (j*, v*), data stream and evaluation set, all drawn from
 generators seeded by the seed's identity; the seeds are stacked on a leading axis so
 one process trains them as one batched computation, with the same numbers as alone.
+Which implementation computes a step is ``model.dispatch.plan``'s choice; how the step moves the
+parameters (gradient descent at the run's step size, Adam, population mode's descent on the
+invariant subspace) is ``descent.py``'s.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from ..config.seeding import task_identity, torch_generator
 from ..config.specs import RunSpec
 from ..data.synthetic import GroupSparseTask, make_task
 from ..io import files as io
-from ..model import cpu, fastpath
+from ..model import cpu, dispatch, fastpath
 from ..model.device import TORCH_DTYPES as DTYPES
 from ..model.device import torch_device
 from ..model.transformer import embed, forward, init_params, logistic_loss, sine_positions, token_width
+from . import descent
 from .recording import Recording, attention_steps, record_steps  # noqa: F401 (re-exported)
 
 # A seed has diverged when its training loss is not finite, or exceeds this many times its loss at
@@ -72,9 +76,11 @@ class Trainer(Recording):
         resume_every: int = 500,
         draw_dtype: torch.dtype | None = None,
         resume_seconds: float | None = RESUME_SECONDS,
+        plan: dispatch.Plan | None = None,
     ):
         """``draw_dtype`` (tests, benchmark): draw the samples in this precision instead of the run's
-        own (float32 samples fed to float64 arithmetic, to compare the two precisions on the same data)."""
+        own (float32 samples fed to float64 arithmetic, to compare the two precisions on the same data).
+        ``plan`` (benchmarks, tests): the implementation, if not ``dispatch.plan(spec)``'s."""
         self.spec, self.seeds = spec, list(seeds)
         self.dtype = DTYPES[spec.dtype]
         self.draw_dtype = draw_dtype or self.dtype
@@ -103,26 +109,31 @@ class Trainer(Recording):
             ]
         )
         self.Z_eval, self.y_eval = embed(torch.stack(Xe), ms), torch.stack(ye)
-        self.closed_form = spec.pretrain.gradient == "closed_form" or (
-            spec.pretrain.gradient == "auto" and ms.is_paper_model
-        )
         if spec.pretrain.gradient == "closed_form" and not ms.is_paper_model:
             raise ValueError(
                 "pretrain.gradient: closed_form exists only for the paper model "
                 "(positions: concat, attention: merged, layers: 1); use auto or autograd"
             )
+        self.plan = plan or dispatch.plan(spec)
+        self.closed_form = self.plan.closed_form
         self.scale = 1.0 / math.sqrt(self.m) if ms.score_scale == "sqrt" else 1.0
         self.antithetic = spec.pretrain.sampling == "antithetic"
         # the hot path: draw straight into the kernel's layout, no (S, B, D, d) batch in between
         self.inner_draws = self.closed_form and all(hasattr(t, "sample_inner") for t in self.tasks)
         self.positions = sine_positions(ts.D, self.dtype, self.device) if self.closed_form else None
         self._mirror_checked = False
+        self.descent = descent.make(spec, self.plan, self.tasks, self.positions, self.dtype, self.device)
         cpu.keep_freed_memory()  # a step's temporaries would otherwise cost thousands of page faults
         self.workers = cpu.SeedWorkers(torch.get_num_threads(), len(self.seeds), self.device)
         self.resume_path = Path(resume_path) if resume_path else None
         self.resume_every = resume_every
         self.resume_seconds = resume_seconds
         self._saved_rows: dict[str, tuple[int, torch.Tensor]] = {}  # see _rows_table
+
+    @property
+    def algorithm(self) -> str:
+        """population (GD on the invariant subspace), batch (closed-form batch gradients) or autograd."""
+        return "population" if self.plan.projected else ("batch" if self.closed_form else "autograd")
 
     # -- one step -------------------------------------------------------------------
     def batch(self):
@@ -166,15 +177,31 @@ class Trainer(Recording):
         """Loss and gradients from what :meth:`draw` returned (as ``loss_and_grads`` on ``batch()``)."""
         if not self.inner_draws:
             return self.loss_and_grads(*drawn)
+        return self._closed_form_grads(lambda s: drawn[s])
+
+    def _closed_form_grads(self, inputs):
+        """Loss and gradients of every seed by the plan's closed form; ``inputs(s)``: seed s's X (d, D, H), y (H,).
+        The gradients are what the descent needs of them (population mode: the subspace's coefficients')."""
         W, v = self.params["layer0.W"], self.params["v"]
-        per_seed = self.workers.map(
-            lambda s: fastpath.seed_loss_and_grads(
-                W[s], v[s], drawn[s][0], drawn[s][1], self.positions, self.scale, self.antithetic
-            ),
-            len(self.seeds),
-        )
-        loss, gW, gv = (torch.stack(t) for t in zip(*per_seed))
-        return loss, {"layer0.W": gW, "v": gv}
+
+        def one(s):
+            X, y = inputs(s)
+            loss, gW, gv = dispatch.loss_and_grads(
+                self.plan, W[s], v[s], X, y, self.positions, self.scale, self.antithetic
+            )
+            return loss, self.descent.gradient(s, gW, gv)
+
+        losses, grads = zip(*self.workers.map(one, len(self.seeds)))
+        return torch.stack(losses), self.descent.stack(list(grads))
+
+    @property
+    def eta(self) -> float:
+        return self.descent.eta
+
+    @property
+    def coef(self):
+        """Population mode's coefficients (S, N_COEF), float64; None for every other run."""
+        return self.descent.coef
 
     def step(self, active: torch.Tensor | None = None):
         """One training step without recording (draw, gradients, descent); returns the loss (S,)."""
@@ -206,28 +233,11 @@ class Trainer(Recording):
                     "with labels [y, -y]; use sampling: iid for this task"
                 )
             self._mirror_checked = True
-        W, v = self.params["layer0.W"], self.params["v"]
-        per_seed = self.workers.map(
-            lambda s: fastpath.seed_loss_and_grads(
-                W[s], v[s], fastpath.batch_inner(X[s, :half]), y[s, :half], self.positions, self.scale, self.antithetic
-            ),
-            len(self.seeds),
-        )
-        loss, gW, gv = (torch.stack(t) for t in zip(*per_seed))
-        return loss, {"layer0.W": gW, "v": gv}
+        return self._closed_form_grads(lambda s: (fastpath.batch_inner(X[s, :half]), y[s, :half]))
 
     def descend(self, grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
-        """One gradient-descent step for the seeds still ``active`` (S,) bool; the others stay frozen."""
-        eta = self.spec.pretrain.eta
-        if bool(active.all()):  # the usual case: the same numbers as below, without the where
-            for k, g in grads.items():
-                self.params[k] = self.params[k] - eta * g
-            return
-        keep = active.to(self.device)
-        for k, g in grads.items():
-            # where, not a 0/1 multiply: eta * inf * 0 is NaN, which would unfreeze a diverged seed
-            mask = keep.view(-1, *([1] * (g.dim() - 1)))
-            self.params[k] = torch.where(mask, self.params[k] - eta * g, self.params[k])
+        """One step for the seeds still ``active`` (S,) bool; the others stay frozen."""
+        self.params = self.descent.step(self.params, grads, active)
 
     # -- resume ---------------------------------------------------------------------
     def _save_resume(self, step, rows, att_rows, status, diverged_step, last_finite, initial_loss, above):
@@ -235,6 +245,8 @@ class Trainer(Recording):
             return
         tensors = {f"param.{k}": t for k, t in self.params.items()}
         tensors |= {f"gen.{i}": g.get_state() for i, g in enumerate(self.train_gens)}
+        extra, extra_meta = self.descent.state()
+        tensors |= extra
         # the recorded rows as float64 matrices (exact for their floats and integer ids), not JSON: a D = 64
         # run records some 10^5 rows, which as JSON would near safetensors' 100 MB header limit
         cols = list(rows[0]) if rows else []
@@ -251,6 +263,7 @@ class Trainer(Recording):
             "last_finite_loss": last_finite,
             "initial_loss": initial_loss,
             "steps_above_bound": above,
+            **extra_meta,
         }
         io.save_checkpoint(self.resume_path, tensors, meta)
 
@@ -278,6 +291,7 @@ class Trainer(Recording):
             self.params[k] = tensors[f"param.{k}"].to(self.device, self.dtype)
         for i, g in enumerate(self.train_gens):
             g.set_state(tensors[f"gen.{i}"])
+        self.descent.load(tensors, meta, self.device)
         if "rows" not in meta:  # rows stored as tensors (a state written before they were is JSON)
             ints = set(meta["int_columns"])
             meta["rows"] = _rows(tensors["rows"], meta["row_columns"], ints)
@@ -357,6 +371,11 @@ class Trainer(Recording):
         traj["status"] = traj["seed"].map(st)
         traj["diverged_step"] = traj["seed"].map(dict(zip(self.seeds, diverged_step))).astype("int64")
         traj["last_finite_loss"] = traj["seed"].map(dict(zip(self.seeds, last_finite)))
+        # which algorithm the numbers are for: population GD (projected), or descent on batch gradients
+        # by a closed form or by autograd; and by which implementation and optimizer
+        traj["algorithm"] = self.algorithm
+        traj["kernel"] = self.plan.kernel
+        traj["optimizer"] = self.spec.pretrain.optimizer
         attn_df = pd.DataFrame(att_rows, columns=ATT_COLUMNS)
         attn_df.insert(0, "run", self.spec.run)
         attn_df.insert(1, "task_name", self.spec.task_name)

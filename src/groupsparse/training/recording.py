@@ -4,16 +4,15 @@ matrices. A mixin of :class:`groupsparse.training.pretrain.Trainer`, kept apart 
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 
 from ..config.specs import RunSpec
-from ..model import cpu, fastpath, symmetric
+from ..model import dispatch, fastpath, population
 from ..model.transformer import forward, logistic_loss
 
 N_LOG_STEPS = 40
+POP_COLUMNS = [f"pop_{name}" for name in population.COEFFICIENTS]
 
 
 def record_steps(steps: int, every: int) -> list[int]:
@@ -68,19 +67,16 @@ class Recording:
         W, v = self.params["layer0.W"], self.params["v"]
 
         def one(s):
-            Xs = self._eval_features[s]
-            if (
-                fastpath.SYMMETRIC_KERNEL
-                and Xs.shape[1] >= fastpath.SYMMETRIC_MIN_D
-                and symmetric.on_subspace(W[s], v[s], Xs.shape[0])
-            ):  # large D from the zero start: the mirror half has outputs -f and the same attention
-                with cpu.denormals_flushed() if Xs.device.type == "cpu" else contextlib.nullcontext():
-                    f, mean = symmetric.forward(W[s], v[s], self._eval_samples[s], self.positions, self.scale)
-                return (torch.cat([f, -f]) if self._eval_mirrored else f), mean
-            f, attn = fastpath.seed_forward(
-                W[s], v[s], self._eval_features[s], self.positions, self.scale, self._eval_mirrored
+            return dispatch.seed_forward(
+                self.plan,
+                W[s],
+                v[s],
+                self._eval_features[s],
+                self._eval_samples[s],
+                self.positions,
+                self.scale,
+                self._eval_mirrored,
             )
-            return f.reshape(-1), attn.mean(dim=(0, 3))  # halves in sample order
 
         fs, means = zip(*self.workers.map(one, len(self.seeds)))
         return torch.stack(fs), torch.stack(means)
@@ -93,6 +89,7 @@ class Recording:
         acc = ((1 + torch.sign(f) * self.y_eval) / 2).to(torch.float64).mean(-1)
         per_query = _attention_per_query(mean_attn, self.relevant)
         mass, mass_min = per_query.mean(-1), per_query.min(-1).values
+        pooled = self._pooled_min(per_query) if self.coef is not None else torch.full_like(mass_min, float("nan"))
         d = self.spec.task.d
         v = self.params["v"]
         v1, v2 = v[:, :d], v[:, d:]
@@ -109,6 +106,7 @@ class Recording:
             "W_pf_norm": W[:, d:, :d].flatten(1).norm(dim=1) if concat else nan,
             "W_pp_norm": W[:, d:, d:].flatten(1).norm(dim=1) if concat else nan,
         }
+        coef = self.coef.cpu() if self.coef is not None else None
         rows = []
         for i, seed in enumerate(self.seeds):
             if not bool(active[i]):
@@ -117,18 +115,35 @@ class Recording:
                 {
                     "seed": seed,
                     "step": step,
+                    "eta": float(self.eta),
+                    "flow_time": float(self.eta) * step,  # tau = eta x steps: steps at another eta compare in it
                     "train_loss": float(train_loss[i]),
                     "eval_loss": float(eval_loss[i]),
                     "eval_accuracy": float(acc[i]),
                     "attention_on_relevant": float(mass[i]),
                     "attention_min_on_relevant": float(mass_min[i]),
+                    "attention_min_pooled": float(pooled[i]),
                     "cos_v1_vstar": float(cos[i]),
                     "v1_norm": float(v1[i].norm()),
                     "v2_norm": float(v2[i].norm()) if concat else float("nan"),
                     **{k: float(t[i]) for k, t in blocks.items()},
+                    # population mode's state (docs/STUDY.md section 3.3); NaN for every other run
+                    **{k: float(coef[i, c]) if coef is not None else float("nan") for c, k in enumerate(POP_COLUMNS)},
                 }
             )
         return rows
+
+    def _pooled_min(self, per_query: torch.Tensor) -> torch.Tensor:
+        """Population mode: min(S[j*, j*], the mean over the other queries of S[j*, j]) (S,).
+
+        On the invariant subspace every query j != j* has the same expected attention on j*, so their
+        pooled mean estimates it with the D - 1 queries' evaluation noise averaged, and the minimum of
+        two estimates has less of the downward bias that the minimum over D noisy ones has."""
+        D = per_query.shape[-1]
+        star = torch.tensor([t.j_star for t in self.tasks], device=per_query.device)
+        own = per_query.gather(1, star[:, None])[:, 0]
+        others = (per_query.sum(-1) - own) / (D - 1)
+        return torch.minimum(own, others)
 
     @torch.no_grad()
     def mean_attention(self, step: int, active: torch.Tensor) -> list[dict]:

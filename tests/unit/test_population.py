@@ -1,0 +1,245 @@
+"""Population gradient descent on its invariant subspace (model/population.py, pretrain.gradient: population).
+
+The projector is orthogonal and idempotent; the mean of many batch gradients lies on the subspace
+(the symmetry the projection rests on) and equals the projected gradient within its standard error;
+the gradient is equivariant (another j*, v* gives the same coefficients on the transformed samples);
+a run stays on the subspace exactly and records its coefficients; a resumed run is bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from groupsparse.config.errors import ConfigError
+from groupsparse.config.specs import RunSpec
+from groupsparse.model import dispatch, population
+from groupsparse.model.transformer import sine_positions
+from groupsparse.training.pretrain import Trainer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def unit(d: int, gen: torch.Generator) -> torch.Tensor:
+    v = torch.randn(d, generator=gen, dtype=torch.float64)
+    return v / v.norm()
+
+
+def random_point(d, D, gen):
+    """Coefficients of a point on the subspace, away from the zero start (every direction active)."""
+    return torch.tensor([0.8, -0.3, 1.2, 0.9, 0.4, -0.2, 0.3, 0.1], dtype=torch.float64) * (
+        1 + 0.1 * torch.randn(8, generator=gen, dtype=torch.float64)
+    )
+
+
+def spec(d=4, D=6, steps=30, batch=64, dtype="float64", **pretrain):
+    return RunSpec.from_dict(
+        {
+            "study_seed": 5,
+            "task_name": "pop",
+            "dtype": dtype,
+            "task": {"d": d, "D": D},
+            "pretrain": {
+                "steps": steps,
+                "batch": batch,
+                "eval_size": 64,
+                "record_every": 10,
+                "gradient": "population",
+                **pretrain,
+            },
+        }
+    )
+
+
+def test_the_projector_is_orthogonal_and_idempotent():
+    gen = torch.Generator().manual_seed(1)
+    d, D, j = 5, 7, 2
+    P = sine_positions(D, torch.float64)
+    vs = unit(d, gen)
+    G, g = (
+        torch.randn(d + D, d + D, generator=gen, dtype=torch.float64),
+        torch.randn(d + D, generator=gen, dtype=torch.float64),
+    )
+    coef = population.project(G, g, vs, j, P)
+    W, v = population.build(coef, vs, j, P, torch.float64)
+    # idempotent: the projection of the projection is itself
+    assert torch.allclose(population.project(W, v, vs, j, P), coef, atol=1e-12)
+    # orthogonal: the residual has no component along any point of the subspace
+    for k in range(population.N_COEF):
+        basis = torch.zeros(population.N_COEF, dtype=torch.float64)
+        basis[k] = 1.0
+        Ek, ek = population.build(basis, vs, j, P, torch.float64)
+        assert abs(float(((G - W) * Ek).sum() + ((g - v) * ek).sum())) < 1e-10
+    # and the subspace is what the symmetries fix: cross blocks and v2 zero, Wff isotropic across v*
+    assert not W[:d, d:].any() and not W[d:, :d].any() and not v[d:].any()
+    u = unit(d, gen)
+    u = u - (u @ vs) * vs
+    u = u / u.norm()
+    assert float(u @ W[:d, :d] @ vs) == pytest.approx(0, abs=1e-12)
+
+
+@pytest.mark.parametrize("kernel_dtype", ["float64", "float32"])
+def test_the_mean_of_many_batch_gradients_lies_on_the_subspace_and_is_the_projected_gradient(kernel_dtype):
+    """At a point on the subspace, the average of 400 independent batch gradients (the population gradient
+    up to Monte Carlo error) has no component off the subspace beyond its standard error, and its projection
+    agrees with the mean projected gradient: the projection removes noise, not signal."""
+    d, D = 4, 6
+    sp = spec(d, D, dtype=kernel_dtype, batch=256)
+    tr = Trainer(sp, [0])
+    gen = torch.Generator().manual_seed(3)
+    tr.coef[0] = random_point(d, D, gen)
+    tr.params = tr.descent.build(tr.params, [0])
+    task = tr.tasks[0]
+    plan = dispatch.Plan(tr.plan.kernel)  # the plain batch gradient of the same kernel
+    W, v = tr.params["layer0.W"][0], tr.params["v"][0]
+    full, projected = [], []
+    for _ in range(400):
+        X, y = tr.draw()[0]
+        _, gW, gv = dispatch.loss_and_grads(plan, W, v, X, y, tr.positions, tr.scale, True)
+        full.append(torch.cat([gW.flatten(), gv]).double())
+        projected.append(population.project(gW, gv, task.v_star, task.j_star, tr.positions))
+    full, projected = torch.stack(full), torch.stack(projected)
+    mean, se = full.mean(0), full.std(0) / math.sqrt(len(full))
+    m = d + D
+    on = population.build(
+        population.project(mean[: m * m].view(m, m), mean[m * m :], task.v_star, task.j_star, tr.positions),
+        task.v_star,
+        task.j_star,
+        tr.positions,
+        torch.float64,
+    )
+    off = mean - torch.cat([on[0].flatten(), on[1]])
+    z = off / se.clamp_min(1e-12)
+    assert float(z.abs().max()) < 5.0  # 110 entries: a 5 SE deviation would be a real asymmetry
+    assert float((z**2).mean()) < 2.0  # and no systematic one (chi-square per entry ~ 1 under the symmetry)
+    pm, pse = projected.mean(0), projected.std(0) / math.sqrt(len(projected))
+    assert torch.allclose(
+        pm,
+        population.project(mean[: m * m].view(m, m), mean[m * m :], task.v_star, task.j_star, tr.positions),
+        atol=1e-9,
+    )
+    assert (pse > 0).all()
+
+
+def test_the_gradient_is_equivariant_in_j_star_and_v_star():
+    """Population GD does not depend on j* or v*: the samples mapped by a permutation of the groups (j* to
+    j*') and a rotation (v* to v*') give the same projected gradient, to rounding."""
+    gen = torch.Generator().manual_seed(7)
+    d, D, H = 4, 7, 200
+    P = sine_positions(D, torch.float64)
+    v1, j1 = unit(d, gen), 1
+    v2, j2 = unit(d, gen), 5
+    # rotation R with R v1 = v2 (a Householder reflection: orthogonal, maps v1 to v2)
+    w = (v1 - v2) / (v1 - v2).norm()
+    R = torch.eye(d, dtype=torch.float64) - 2 * torch.outer(w, w)
+    perm = list(range(D))
+    perm[j1], perm[j2] = perm[j2], perm[j1]  # group j1 goes to place j2
+    X = torch.randn(d, D, H, generator=gen, dtype=torch.float64)
+    y = torch.sign(torch.einsum("k,kb->b", v1, X[:, j1]))
+    X2 = torch.einsum("ik,kjb->ijb", R, X)[:, perm]
+    assert torch.equal(torch.sign(torch.einsum("k,kb->b", v2, X2[:, j2])), y) or torch.allclose(
+        torch.einsum("k,kb->b", v2, X2[:, j2]), torch.einsum("k,kb->b", v1, X[:, j1])
+    )
+    coef = random_point(d, D, gen)
+    plan = dispatch.Plan("general")
+    W1, u1 = population.build(coef, v1, j1, P, torch.float64)
+    W2, u2 = population.build(coef, v2, j2, P, torch.float64)
+    _, gW1, gv1 = dispatch.loss_and_grads(plan, W1, u1, X, y, P, 1.0, True)
+    _, gW2, gv2 = dispatch.loss_and_grads(plan, W2, u2, X2.contiguous(), y, P, 1.0, True)
+    c1 = population.project(gW1, gv1, v1, j1, P)
+    c2 = population.project(gW2, gv2, v2, j2, P)
+    assert torch.allclose(c1, c2, rtol=1e-10, atol=1e-12)
+    assert float(c1.abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("D", [6, 24])  # the general kernel, and the symmetric one (its loops in float32)
+def test_a_run_stays_on_the_subspace_exactly_and_records_its_coefficients(D):
+    sp = spec(4, D, steps=25, batch=32, dtype="float32")
+    tr = Trainer(sp, [0, 1])
+    res = tr.run()
+    W, v = res.params["layer0.W"], res.params["v"]
+    for s in range(2):
+        task = tr.tasks[s]
+        built = population.build(tr.coef[s], task.v_star, task.j_star, tr.positions, torch.float32)
+        assert torch.equal(W[s], built[0]) and torch.equal(v[s], built[1])  # W, v are the coefficients' point
+        assert not W[s, :4, 4:].any() and not W[s, 4:, :4].any() and not v[s, 4:].any()
+    last = res.trajectory[res.trajectory["step"] == 25].sort_values("seed")
+    assert torch.allclose(torch.tensor(last["pop_v1_along"].to_numpy()), tr.coef[:, 2])
+    assert (last["algorithm"] == "population").all() and (last["eta"] == sp.pretrain.eta).all()
+    assert (last["attention_min_pooled"] >= last["attention_min_on_relevant"] - 1e-6).all()
+    assert res.trajectory["pop_wff_along"].abs().max() > 0
+
+
+def test_seeds_differ_only_by_monte_carlo_error():
+    """Two seeds (their own j*, v*, data) follow one population trajectory: at a batch of 1024 their
+    coefficients after 40 steps differ by much less than the coefficients themselves."""
+    tr = Trainer(spec(4, 6, steps=40, batch=1024), [0, 1])
+    assert tr.tasks[0].j_star != tr.tasks[1].j_star or not torch.equal(tr.tasks[0].v_star, tr.tasks[1].v_star)
+    tr.run()
+    c = tr.coef
+    assert float((c[0] - c[1]).abs().max()) < 0.05 * float(c.abs().max())
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+class StopsAfter(Trainer):
+    """Killed (as by a job time limit) at its 25th draw."""
+
+    def draw(self):
+        self.drawn = getattr(self, "drawn", 0) + 1
+        if self.drawn == 25:
+            raise Interrupted
+        return super().draw()
+
+
+@pytest.mark.parametrize("optimizer", ["population", "adam"])
+def test_a_killed_run_resumes_bit_identically(tmp_path, optimizer):
+    """Population mode's coefficients and Adam's moments are part of the resume state."""
+    sp = (
+        spec(4, 6, steps=40, batch=32)
+        if optimizer == "population"
+        else RunSpec.from_dict(
+            spec(4, 6, steps=40, batch=32).to_dict()
+            | {
+                "pretrain": {
+                    "steps": 40,
+                    "batch": 32,
+                    "eval_size": 64,
+                    "record_every": 10,
+                    "optimizer": "adam",
+                    "eta": 0.01,
+                }
+            }
+        )
+    )
+    whole = Trainer(sp, [0, 1]).run()
+    path = tmp_path / "resume.safetensors"
+    with pytest.raises(Interrupted):
+        StopsAfter(sp, [0, 1], resume_path=path, resume_every=10).run()
+    resumed = Trainer(sp, [0, 1], resume_path=path, resume_every=10).run()
+    assert resumed.resumed_from_step == 20
+    for k in whole.params:
+        assert torch.equal(resumed.params[k], whole.params[k])
+    cols = [c for c in whole.trajectory.columns if c != "wall_seconds"]
+    assert whole.trajectory[cols].equals(resumed.trajectory[cols])
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"task": {"d": 4, "D": 6, "features": "correlated"}}, "task.features"),
+        ({"task": {"d": 4, "D": 6, "relevant_groups": 2}}, "task.relevant_groups"),
+        ({"model": {"init": "random"}}, "model.init"),
+        ({"model": {"positions": "add"}}, "model"),
+        ({"task": {"d": 1, "D": 6}}, "task.d"),
+    ],
+)
+def test_settings_that_break_the_symmetry_are_refused_naming_the_key(change, key):
+    raw = spec().to_dict()
+    raw |= change
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        RunSpec.from_dict(raw)
