@@ -31,7 +31,7 @@ from .inputs import (
 from .online_form import online_form_claims
 from .power import add_power
 from .predict import prediction_claims
-from .rows import _claim
+from .rows import claim_row
 from .sample_complexity import JointRecord, n_star_fits, online_error_fits
 from .scaling_laws import (
     FitRecord,
@@ -85,7 +85,7 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
                 f"{len(ok)} seed(s), need {MIN_SEEDS}" if len(ok) < MIN_SEEDS else ""
             )
             pred = Prediction("greater", s.near_one)
-            row = _claim(
+            row = claim_row(
                 f"{what} near 1 after pretraining ({run})",
                 theory,
                 pred,
@@ -152,7 +152,7 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                         f"{common.size} seed(s), need {MIN_SEEDS}" if common.size < MIN_SEEDS else ""
                     )
                     pred = Prediction("greater", 0.0)
-                    row = _claim(
+                    row = claim_row(
                         f"{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})",
                         "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
                         pred,
@@ -190,7 +190,7 @@ def fit_claims(records: list[FitRecord]) -> list[dict]:
             f"two-sided {CONFIDENCE:.0%} interval [{f.low:.3g}, {f.high:.3g}]"
         )
         one_sided = r.prediction is not None and r.prediction.kind == "at_most"
-        row = _claim(
+        row = claim_row(
             r.claim,
             r.theory,
             r.prediction,

@@ -34,7 +34,7 @@ _PRETRAIN = schema_defaults("pretrain")
 _TOP = schema_defaults()
 
 
-def _check(cond: bool, key: str, msg: str) -> None:
+def require(cond: bool, key: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"{key}: {msg}")
 
@@ -45,7 +45,7 @@ def _take(cls, raw: dict[str, Any] | None, where: str):
     raw = dict(raw or {})
     known = {f.name for f in fields(cls)}  # a task's keys depend on its kind (synthetic or images)
     unknown = sorted(set(raw) - known)
-    _check(
+    require(
         not unknown,
         f"{where}.{unknown[0]}" if unknown else where,
         f"unknown key; allowed keys: {', '.join(sorted(known))}",
@@ -56,8 +56,8 @@ def _take(cls, raw: dict[str, Any] | None, where: str):
     return obj
 
 
-def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
-    _check(value in allowed, key, f"got {value!r}; allowed values: {', '.join(allowed)}")
+def require_one_of(value: str, allowed: tuple[str, ...], key: str) -> None:
+    require(value in allowed, key, f"got {value!r}; allowed values: {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -76,19 +76,19 @@ class TaskSpec:
     student_dof: float = _TASK["student_dof"]  # degrees of freedom for "student_t"
 
     def validate(self, where: str = "task") -> None:
-        _choice(self.kind, ("synthetic",), f"{where}.kind")
-        _check(
+        require_one_of(self.kind, ("synthetic",), f"{where}.kind")
+        require(
             1 <= self.relevant_groups <= self.D,
             f"{where}.relevant_groups",
             f"must be in 1..D={self.D}, got {self.relevant_groups}",
         )
         if self.j_star is not None:
-            _check(
+            require(
                 isinstance(self.j_star, int) and 0 <= self.j_star < self.D,
                 f"{where}.j_star",
                 f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}",
             )
-        _check(
+        require(
             -1.0 / max(self.d - 1, 1) < self.feature_rho < 1.0,
             f"{where}.feature_rho",
             f"must make a positive-definite covariance, in (-1/(d-1), 1), got {self.feature_rho}",
@@ -135,78 +135,78 @@ class ImageTaskSpec:
         return 1
 
     def validate(self, where: str = "task") -> None:
-        _choice(self.kind, ("images",), f"{where}.kind")
-        _check(
+        require_one_of(self.kind, ("images",), f"{where}.kind")
+        require(
             self.dataset in IMAGE_DATASETS,
             f"{where}.dataset",
             f"got {self.dataset!r}; allowed values: {', '.join(IMAGE_DATASETS)}",
         )
         names = IMAGE_DATASETS[self.dataset][3]
-        _check(isinstance(self.path, str), f"{where}.path", f"must be a string, got {self.path!r}")
+        require(isinstance(self.path, str), f"{where}.path", f"must be a string, got {self.path!r}")
         if self.dataset == "cifar10":
-            _check(
+            require(
                 self.path != "",
                 f"{where}.path",
                 "cifar10 needs the folder holding the python batches (cifar-10-batches-py), downloaded "
                 "(the workflow fetches it there if it does not exist yet: see `groupsparse fetch cifar10 --help`)",
             )
         else:
-            _check(
+            require(
                 self.path == "",
                 f"{where}.path",
                 f"{self.dataset} is bundled with scikit-learn and reads no files; leave path empty",
             )
         for key in ("classes", "transfer_classes"):
             pair = getattr(self, key)
-            _check(
+            require(
                 isinstance(pair, tuple) and len(pair) == 2,
                 f"{where}.{key}",
                 f"must be a pair of class names, got {pair!r}",
             )
             for c in pair:
-                _check(
+                require(
                     c in names, f"{where}.{key}", f"{c!r} is not a {self.dataset} class; classes: {', '.join(names)}"
                 )
-            _check(pair[0] != pair[1], f"{where}.{key}", f"needs two different classes, got {list(pair)}")
-        _check(isinstance(self.D, int) and self.D >= 2, f"{where}.D", f"must be an integer >= 2, got {self.D!r}")
+            require(pair[0] != pair[1], f"{where}.{key}", f"needs two different classes, got {list(pair)}")
+        require(isinstance(self.D, int) and self.D >= 2, f"{where}.D", f"must be an integer >= 2, got {self.D!r}")
         if self.j_star is not None:
-            _check(
+            require(
                 isinstance(self.j_star, int) and 0 <= self.j_star < self.D,
                 f"{where}.j_star",
                 f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}",
             )
         if self.images_per_class is not None:
             n = self.images_per_class
-            _check(
+            require(
                 isinstance(n, int) and not isinstance(n, bool) and n >= 2,
                 f"{where}.images_per_class",
                 f"must be an integer >= 2 or null (all images), got {n!r}",
             )
             n_test = round(self.test_fraction * n)
-            _check(
+            require(
                 1 <= n_test < n,
                 f"{where}.test_fraction",
                 f"leaves {n_test} of {n} images per class for testing; both splits need at least one",
             )
         C, H, W, _ = IMAGE_DATASETS[self.dataset]
         full = C * H * W
-        _check(isinstance(self.d, int) and self.d >= 1, f"{where}.d", f"must be an integer >= 1, got {self.d!r}")
+        require(isinstance(self.d, int) and self.d >= 1, f"{where}.d", f"must be an integer >= 1, got {self.d!r}")
         if self.reduce == "none":
-            _check(
+            require(
                 self.d == full,
                 f"{where}.d",
                 f"with reduce: none, d is the image size {C}x{H}x{W} = {full}, got {self.d}",
             )
         elif self.reduce == "pool":
             dims = pool_dims(self.dataset)
-            _check(
+            require(
                 self.d in dims.values(),
                 f"{where}.d",
                 f"with reduce: pool on {self.dataset} ({C}x{H}x{W}), d must be one of "
                 f"{', '.join(f'{v} (k={k})' for k, v in sorted(dims.items(), key=lambda kv: -kv[1]))}, got {self.d}",
             )
         else:
-            _check(
+            require(
                 self.d <= full, f"{where}.d", f"with reduce: pca, d must be <= {full} (the image size), got {self.d}"
             )
 
@@ -223,7 +223,7 @@ class ModelSpec:
     layers: int = _MODEL["layers"]  # >1 stacks residual attention layers before the paper's read-out
 
     def validate(self, where: str = "model") -> None:
-        _check(
+        require(
             not (self.attention == "separate" and self.init == "zero"),
             f"{where}.init",
             "separate W_K, W_Q at zero init never move (both gradients vanish); use init: random",
@@ -249,12 +249,12 @@ class PretrainSpec:
     gradient: str = _PRETRAIN["gradient"]
 
     def validate(self, where: str = "pretrain") -> None:
-        _check(
+        require(
             self.sampling != "antithetic" or self.batch % 2 == 0,
             f"{where}.batch",
             f"must be even with sampling: antithetic (X is drawn with -X), got {self.batch}",
         )
-        _check(self.eval_size % 2 == 0, f"{where}.eval_size", f"must be even, got {self.eval_size}")
+        require(self.eval_size % 2 == 0, f"{where}.eval_size", f"must be even, got {self.eval_size}")
 
 
 @dataclass(frozen=True)
@@ -292,7 +292,7 @@ class RunSpec:
             pretrain=_take(PretrainSpec, raw.get("pretrain"), "pretrain"),
             **{key: raw[key] for key in ("dtype", "device", "run_name", "role", "variant") if key in raw},
         )
-        _check(
+        require(
             spec.task.kind != "images" or spec.pretrain.sampling == "iid",
             "pretrain.sampling",
             "must be iid for image tasks (an antithetic pair X, -X with label -y needs a symmetric data law; "

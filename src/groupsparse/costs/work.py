@@ -52,7 +52,7 @@ def record_count(steps: int, every: int, attention_checkpoints: int) -> int:
     return regular + len(extra) + len(att)
 
 
-def _token_width(model: dict, d: int, D: int) -> int:
+def token_width(model: dict, d: int, D: int) -> int:
     return d + D if model.get("positions", "concat") == "concat" else d
 
 
@@ -92,7 +92,7 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     """The features of one pretraining job (a RunSpec dict, ``seeds`` seeds in the job)."""
     t, p, model = spec["task"], spec["pretrain"], spec.get("model", {})
     d, D = t["d"], t["D"]
-    m, L = _token_width(model, d, D), model.get("layers", 1)
+    m, L = token_width(model, d, D), model.get("layers", 1)
     R = record_count(p["steps"], p["record_every"], p.get("attention_checkpoints", 6))
     path = _path(spec)
     return {
@@ -112,7 +112,7 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
         "flops": pretrain_flops(path, seeds, L, d, D, m, p["steps"], p["batch"], R, p["eval_size"]),
         "draws": seeds * p["steps"] * p["batch"] * D * d,
         "python_steps": p["steps"] + R,
-        **_pretrain_bytes(
+        **pretrain_bytes(
             seeds,
             threads,
             L,
@@ -127,7 +127,7 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     }
 
 
-def _pretrain_bytes(
+def pretrain_bytes(
     S: int, threads: int, L: int, nbytes: int, B: int, E: int, d: int, D: int, m: int, path: str
 ) -> dict:
     """Bytes alive at once: per seed the evaluation set and its features and the step's batch
@@ -182,7 +182,7 @@ def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], 
 def describe_transfer(spec: dict, transfer: dict, methods: list[str], sizes: list[int], seeds: int) -> dict:
     t, model = spec["task"], spec.get("model", {})
     d, D = t["d"], t["D"]
-    m = _token_width(model, d, D)
+    m = token_width(model, d, D)
     test = transfer.get("test_size", 10000)
     return {
         "job": "transfer",

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..config.schema import schema_defaults, section_problem
-from ..config.specs import ConfigError, _check, _choice, config_hash
+from ..config.specs import ConfigError, config_hash, require, require_one_of
 from .methods import method as method_info
 from .methods import method_names
 
@@ -119,60 +119,60 @@ def check_transfer(raw: Any, where: str = "transfer", checked: bool = False) -> 
     known = method_names()
     allowed = f"unknown method; allowed: {', '.join(known)}"
     for name in raw.get("control_methods") or ():
-        _check(name in known, f"{where}.control_methods", f"{name!r}: {allowed}")
+        require(name in known, f"{where}.control_methods", f"{name!r}: {allowed}")
     for section in ("hyperparameters", "grids"):
         for name in raw.get(section) or {}:
-            _check(name in known, f"{where}.{section}.{name}", allowed)
+            require(name in known, f"{where}.{section}.{name}", allowed)
     for name, values in (raw.get("hyperparameters") or {}).items():
         for key, value in values.items():
             _check_value(name, key, value, f"{where}.hyperparameters.{name}.{key}")
     for name, grid in (raw.get("grids") or {}).items():
         for key, values in grid.items():
             key_at = f"{where}.grids.{name}.{key}"
-            _check(isinstance(values, list) and values, key_at, f"must be a non-empty list of values, got {values!r}")
+            require(isinstance(values, list) and values, key_at, f"must be a non-empty list of values, got {values!r}")
             for value in values:
                 _check_value(name, key, value, key_at)
     spec = TransferSpec.from_dict(raw)
     for name in known:  # a method's own cross-setting rules, at every setting it may be fitted with
         for hp in [spec.method_hyperparameters(name)] + (spec.candidates(name) if spec.selection == "cv" else []):
             problem = method_info(name).problem(hp)
-            _check(problem is None, f"{where}.hyperparameters.{name}.{(problem or '').split(':')[0]}", str(problem))
+            require(problem is None, f"{where}.hyperparameters.{name}.{(problem or '').split(':')[0]}", str(problem))
 
 
 def check_grid(methods_: list[str], sizes: list[int], spec: TransferSpec, where: str = "transfer") -> None:
     """Refuse an unknown method, a bad or too large sample size (errors name the value): the job's
     command-line grid, which no schema sees."""
     known = method_names()
-    _check(len(methods_) >= 1, f"{where}.methods", "must list at least one method")
+    require(len(methods_) >= 1, f"{where}.methods", "must list at least one method")
     for m in methods_:
-        _check(m in known, f"{where}.methods", f"unknown method {m!r}; allowed: {', '.join(known)}")
-    _check(len(set(methods_)) == len(methods_), f"{where}.methods", f"lists a method twice: {methods_}")
-    _check(len(sizes) >= 1, f"{where}.sizes", "must list at least one sample size")
+        require(m in known, f"{where}.methods", f"unknown method {m!r}; allowed: {', '.join(known)}")
+    require(len(set(methods_)) == len(methods_), f"{where}.methods", f"lists a method twice: {methods_}")
+    require(len(sizes) >= 1, f"{where}.sizes", "must list at least one sample size")
     for n in sizes:
-        _check(_is_int(n) and n >= 2, f"{where}.sizes", f"sample sizes must be integers >= 2, got {n!r}")
-        _check(n <= spec.max_n, f"{where}.sizes", f"n = {n} exceeds transfer.max_n = {spec.max_n}")
-    _check(len(set(sizes)) == len(sizes), f"{where}.sizes", f"lists a sample size twice: {sizes}")
+        require(_is_int(n) and n >= 2, f"{where}.sizes", f"sample sizes must be integers >= 2, got {n!r}")
+        require(n <= spec.max_n, f"{where}.sizes", f"n = {n} exceeds transfer.max_n = {spec.max_n}")
+    require(len(set(sizes)) == len(sizes), f"{where}.sizes", f"lists a sample size twice: {sizes}")
 
 
 def _check_value(name: str, key: str, value: Any, at: str) -> None:
     """A setting of method ``name`` has the type of its default and a value the method declares allowed."""
     info = method_info(name)
     default = info.defaults
-    _check(key in default, at, f"unknown setting; allowed: {', '.join(sorted(default))}")
+    require(key in default, at, f"unknown setting; allowed: {', '.join(sorted(default))}")
     kind = type(default[key])
     if key in info.may_be_null and value is None:
         return
     if kind is type(None):
         kind = float
     if kind is str:
-        _check(isinstance(value, str), at, f"must be a string, got {value!r}")
-        _choice(value, info.choices[key], at)
+        require(isinstance(value, str), at, f"must be a string, got {value!r}")
+        require_one_of(value, info.choices[key], at)
     elif kind is int:
-        _check(_is_int(value) and value >= 1, at, f"must be an integer >= 1, got {value!r}")
+        require(_is_int(value) and value >= 1, at, f"must be an integer >= 1, got {value!r}")
     else:
-        _check(_is_number(value) and math.isfinite(value), at, f"must be a finite number, got {value!r}")
+        require(_is_number(value) and math.isfinite(value), at, f"must be a finite number, got {value!r}")
         low_ok = value >= 0 if key in info.may_be_zero else value > 0
-        _check(low_ok, at, f"must be {'>= 0' if key in info.may_be_zero else '> 0'}, got {value!r}")
+        require(low_ok, at, f"must be {'>= 0' if key in info.may_be_zero else '> 0'}, got {value!r}")
 
 
 def _is_int(value: Any) -> bool:
