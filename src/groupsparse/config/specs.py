@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError
-from .schema import ROLES, check_run_spec, schema_defaults  # noqa: F401 (ROLES: re-exported)
+from .schema import check_run_spec, schema_defaults
 
 # Ranges, enums and defaults of the settings live in src/groupsparse/config/config.schema.yaml (see schema.py);
 # this module keeps the rules that tie several settings together.
