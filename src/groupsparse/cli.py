@@ -2,10 +2,11 @@
 
 Each workflow rule calls one subcommand (pretrain, transfer, check-tables, aggregate, plot,
 predict, scaling, image-figures, fetch); the others are for people: `population` (one trajectory of
-population gradient descent, by hand), `review` (a finished study's answers),
-`status` (how far a running study is, time left), `estimate` (how long a study will take),
-`calibrate` (the cost model against this machine), `summary` (print a result table), `snapshot`
-(docs/results.md). Run a study with `snakemake --cores all`; see README.md.
+population gradient descent, by hand), `review` (a finished study's answers), `status` (how far a
+running study is, time left), `estimate` (how long a study will take), `calibrate` (the cost model
+against this machine), `summary` (print a result table), `check-predictions` (the theorem test's
+predictions against runs made outside the study), `snapshot` (docs/results.md), `choices`
+(docs/STUDY.md's table of choices). Run a study with `snakemake --cores all`; see README.md.
 """
 
 # Heavy imports (torch, sklearn) happen inside the subcommands so that --help is fast.
@@ -33,6 +34,7 @@ COMMANDS = (
     "population",
     "image_figures",
     "snapshot",
+    "choices",
     "status",
     "estimate",
     "fetch",

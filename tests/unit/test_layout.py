@@ -1,5 +1,6 @@
 """The package's layout: layers (no import from a lower layer to a higher one), no import circle, no
-command importing cli, no module over ~400 lines, and the README's layout map matching the tree."""
+command importing cli, no private name used outside its module, no module over ~400 lines, and the
+README's layout map matching the tree."""
 
 from __future__ import annotations
 
@@ -128,6 +129,50 @@ def test_the_layer_check_sees_an_upward_import():
 def test_commands_never_import_cli():
     graph = import_graph()
     assert not [m for m in graph if m.startswith("groupsparse.commands") and "groupsparse.cli" in graph[m]]
+
+
+# Private names another module may use, each with the reason it is allowed (none).
+PRIVATE_USES_ALLOWED: set[tuple[str, str, str]] = set()
+
+
+def private_uses() -> set[tuple[str, str, str]]:
+    """(user, module, name) for each ``_name`` a module imports from another package module, or reads
+    as ``module._name`` from one it imported: a name another module needs is part of its owner's interface."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    found = set()
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        imported: dict[str, str] = {}  # local name -> package module
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                source = ".".join(base + [node.module] if node.module else base) if node.level else node.module
+                for alias in node.names:
+                    if f"{source}.{alias.name}" in modules:
+                        imported[alias.asname or alias.name] = f"{source}.{alias.name}"
+                    elif source in modules and is_private(alias.name):
+                        found.add((name, source, alias.name))
+            elif isinstance(node, ast.Import):
+                imported |= {a.asname or a.name: a.name for a in node.names if a.name in modules}
+        for node in ast.walk(tree):
+            owner = (
+                imported.get(node.value.id)
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                else None
+            )
+            if owner is not None and owner != name and is_private(node.attr):
+                found.add((name, owner, node.attr))
+    return found
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_private_name_is_used_outside_its_module():
+    assert sorted(private_uses() - PRIVATE_USES_ALLOWED) == []
+    assert sorted(PRIVATE_USES_ALLOWED - private_uses()) == [], "an allowed use is gone: drop it from the list"
 
 
 def test_no_module_over_about_400_lines():

@@ -85,8 +85,8 @@ def save_small_checkpoint(spec, folder: Path) -> Path:
     tensors, meta = checkpoint_payload(spec, res, [0, 1])
     prov = io.provenance(spec.science_hash(), "cpu")
     io.save_checkpoint(folder / "ck.safetensors", tensors, meta | {"provenance": prov})
-    io.write_parquet(res.trajectory.assign(wall_seconds=0.0), folder / "traj.parquet", prov)
-    io.write_parquet(res.attention, folder / "att.parquet", prov)
+    io.write_parquet(res.trajectory.assign(wall_seconds=0.0, role=spec.role), folder / "traj.parquet", prov)
+    io.write_parquet(res.attention.assign(role=spec.role), folder / "att.parquet", prov)
     return folder / "ck.safetensors"
 
 

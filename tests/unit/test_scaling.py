@@ -551,11 +551,11 @@ def test_readme_grid_section_lists_every_grid_point_and_the_joint_fit(tmp_path):
 
 def test_a_verdict_within_the_machine_spread_is_inconclusive():
     from groupsparse.analysis.claims import machine_robust
-    from groupsparse.analysis.rows import _claim
+    from groupsparse.analysis.rows import claim_row
 
     rows = [
-        _claim("near", "", Prediction("greater", 0.9), 0.95, 0.905, 0.99, "", "", "final_state", 5),
-        _claim("far", "", Prediction("greater", 0.9), 0.97, 0.95, 0.99, "", "", "final_state", 5),
+        claim_row("near", "", Prediction("greater", 0.9), 0.95, 0.905, 0.99, "", "", "final_state", 5),
+        claim_row("far", "", Prediction("greater", 0.9), 0.97, 0.95, 0.99, "", "", "final_state", 5),
     ]
     table = pd.DataFrame(rows, columns=CLAIM_COLUMNS)
     assert list(table["verdict"]) == ["holds", "holds"]

@@ -118,3 +118,12 @@ def test_transfer_figure_gives_a_method_one_colour_in_every_panel(tmp_path, monk
     colour = {line.get_label(): line.get_color() for line in transfer.get_lines() if line.get_marker() == "o"}
     (logreg,) = [line for line in control.get_lines() if line.get_marker() == "o"]
     assert logreg.get_color() == colour[logreg.get_label()] and len(set(colour.values())) == 3
+
+
+def test_every_column_the_analysis_reads_is_required_of_every_job_table():
+    """One column registry (io.tables): a table that `check-tables` and `aggregate` accept has every
+    column the analysis reads, so a missing column stops the study before the analysis, naming the file."""
+    from groupsparse.io.tables import ANALYSED_COLUMNS, REQUIRED_COLUMNS
+
+    for kind, columns in ANALYSED_COLUMNS.items():
+        assert set(columns) <= set(REQUIRED_COLUMNS[kind]), kind

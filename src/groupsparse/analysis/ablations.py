@@ -10,11 +10,10 @@ import pandas as pd
 from ..io.files import InputError
 from .inputs import (
     PRETRAINED_METHOD,
-    TRANSFER_COLUMNS,
-    check_columns,
     downstreams,
     few_sizes,
     final_rows,
+    require_columns,
     transfer_curves,
     with_role,
 )
@@ -67,7 +66,7 @@ def ablation_table(traj: pd.DataFrame, transfer: pd.DataFrame | None, s) -> pd.D
         for metric in FINAL_METRICS:
             samples[(run, metric, "", -1)] = (ok[metric].to_numpy(float), len(g) - len(ok))
     if transfer is not None and len(transfer):
-        check_columns(transfer, TRANSFER_COLUMNS, "transfer table")
+        require_columns(transfer, "transfer")
         downstream = downstreams(transfer, s.downstream)[0]
         base_grid = transfer[(transfer["run"] == s.baseline)]["n"].unique()
         sizes = s.ablation_sizes or few_sizes(np.sort(base_grid))

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .predict import rest_values
-from .rows import _claim
+from .rows import claim_row
 from .scaling_laws import MIN_ATTENTION, grid_rows
 from .settings import Settings
 from .stats import MIN_SEEDS, mean_interval
@@ -211,13 +211,13 @@ def _descriptive_log_row(claim, theory, log_interval, blocker, config, analysis,
     """A claims row for a quantity estimated on the log scale (a constant, a limit): the interval back
     on the natural scale, verdict "descriptive" (no prediction to test), or "inconclusive" if blocked."""
     m, lo, hi = (math.exp(v) if np.isfinite(v) else math.nan for v in log_interval)
-    row = _claim(claim, theory, None, m, lo, hi, blocker, config, analysis, n, settings=settings)
+    row = claim_row(claim, theory, None, m, lo, hi, blocker, config, analysis, n, settings=settings)
     row["verdict"] = "inconclusive" if blocker else "descriptive"
     return row
 
 
 def _blocked_row(what: str, d: int, D: int, batches: list[int], why: str) -> dict:
-    row = _claim(
+    row = claim_row(
         f"{what} at batch -> infinity (population gradient descent; d = {d}, D = {D})",
         "the theorem is about population gradient descent; a batch only approximates it",
         None,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..io.tables import ANALYSED_COLUMNS
 from .ablations import ablation_table
 from .bound import kappa_claims, population_claims
 from .concentration import concentration_fits
@@ -19,11 +20,9 @@ from .inputs import (
     BASELINE_METHOD,
     PRETRAINED_METHOD,
     PRETRAINED_METHODS,
-    TRAJECTORY_COLUMNS,
-    TRANSFER_COLUMNS,
-    check_columns,
     downstreams,
     final_rows,
+    require_columns,
     transfer_curves,
     with_role,
     without_role,
@@ -31,7 +30,7 @@ from .inputs import (
 from .online_form import online_form_claims
 from .power import add_power
 from .predict import prediction_claims
-from .rows import _claim
+from .rows import claim_row
 from .sample_complexity import JointRecord, n_star_fits, online_error_fits
 from .scaling_laws import (
     FitRecord,
@@ -85,7 +84,7 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
                 f"{len(ok)} seed(s), need {MIN_SEEDS}" if len(ok) < MIN_SEEDS else ""
             )
             pred = Prediction("greater", s.near_one)
-            row = _claim(
+            row = claim_row(
                 f"{what} near 1 after pretraining ({run})",
                 theory,
                 pred,
@@ -117,7 +116,7 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
     rows = []
     if not len(transfer):
         return rows
-    check_columns(transfer, TRANSFER_COLUMNS, "transfer table")
+    require_columns(transfer, "transfer")
     for downstream in downstreams(transfer, s.downstream):
         for run in sorted(without_role(transfer, "ablation")["run"].unique()):
             base = transfer_curves(transfer, run, downstream, BASELINE_METHOD)
@@ -152,7 +151,7 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                         f"{common.size} seed(s), need {MIN_SEEDS}" if common.size < MIN_SEEDS else ""
                     )
                     pred = Prediction("greater", 0.0)
-                    row = _claim(
+                    row = claim_row(
                         f"{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})",
                         "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
                         pred,
@@ -190,7 +189,7 @@ def fit_claims(records: list[FitRecord]) -> list[dict]:
             f"two-sided {CONFIDENCE:.0%} interval [{f.low:.3g}, {f.high:.3g}]"
         )
         one_sided = r.prediction is not None and r.prediction.kind == "at_most"
-        row = _claim(
+        row = claim_row(
             r.claim,
             r.theory,
             r.prediction,
@@ -301,8 +300,8 @@ def analyse(
 ) -> Analysis:
     """Fits, claims (with verdicts by :func:`verdict`) and the ablation table from the input tables;
     ``predictions`` (rule predict's table) judges the runs beyond fit_D_max."""
-    check_columns(traj, TRAJECTORY_COLUMNS, "trajectory table")
-    transfer = transfer if transfer is not None else pd.DataFrame(columns=TRANSFER_COLUMNS)
+    require_columns(traj, "trajectory")
+    transfer = transfer if transfer is not None else pd.DataFrame(columns=ANALYSED_COLUMNS["transfer"])
     scaled = with_role(traj, "scaling")
     crossings = crossing_times(scaled, s.thresholds, s.loss_target, s.target_c) if len(scaled) else pd.DataFrame()
     records = (convergence_time_fits(crossings, s) if len(crossings) else []) + (

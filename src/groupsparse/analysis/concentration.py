@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .fits import Fit, _ols, fit_levels, mean_stat
+from .fits import Fit, fit_levels, mean_stat, ols
 from .scaling_laws import ATTENTION_RESOLUTION, MIN_ATTENTION, FitRecord, grid_rows
 from .settings import Settings
 from .stats import bootstrap_generator, t_interval
@@ -30,11 +30,11 @@ def boot_rss(fit: Fit, x: np.ndarray | None = None) -> np.ndarray:
     xs = fit.x[fit.used] if x is None else np.asarray(x, dtype=float)[fit.used]
     if not fit.boot_y.size:
         return np.empty(0)
-    slope, intercept = _ols(xs, fit.boot_y)
+    slope, intercept = ols(xs, fit.boot_y)
     return ((fit.boot_y - intercept[:, None] - slope[:, None] * xs[None]) ** 2).sum(axis=1)
 
 
-def _rest_at(c: pd.DataFrame, column: str, step: float) -> tuple[float, str]:
+def rest_at(c: pd.DataFrame, column: str, step: float) -> tuple[float, str]:
     """(1 - value of ``column`` at ``step`` by log-log interpolation, why censored or '')."""
     if (c["status"] != "ok").any():
         return math.nan, "diverged"
@@ -71,7 +71,7 @@ def concentration_fits(traj: pd.DataFrame, s: Settings) -> list[FitRecord]:
                 step = float(kappa) * D**3
                 vals, cens = [], []
                 for seed, c in g[g["D"] == D].sort_values("step").groupby("seed", sort=True):
-                    rest, why = _rest_at(c.drop_duplicates("step", keep="last"), column, step)
+                    rest, why = rest_at(c.drop_duplicates("step", keep="last"), column, step)
                     vals.append(math.log(rest) if not why else math.nan)
                     cens.append(bool(why))
                     pts.append(

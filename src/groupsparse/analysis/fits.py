@@ -238,7 +238,7 @@ class Fit:
         return ""
 
 
-def _ols(x: np.ndarray, Y: np.ndarray):
+def ols(x: np.ndarray, Y: np.ndarray):
     """Slopes and intercepts of each row of Y against x."""
     xc = x - x.mean()
     slope = (Y - Y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)

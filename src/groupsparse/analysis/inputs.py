@@ -10,22 +10,9 @@ import numpy as np
 import pandas as pd
 
 from ..io.files import InputError
+from ..io.tables import ANALYSED_COLUMNS, check_columns
 from ..transfer.methods import names_where
 
-TRAJECTORY_COLUMNS = (
-    "run",
-    "role",
-    "d",
-    "D",
-    "seed",
-    "step",
-    "eval_loss",
-    "attention_on_relevant",
-    "cos_v1_vstar",
-    "status",
-)
-TRANSFER_COLUMNS = ("run", "role", "d", "D", "downstream", "seed", "method", "n", "test_accuracy", "status")
-ROLES = ("task", "scaling", "ablation")
 PRETRAINED_METHOD = "pretrained_finetune"
 # both pretrained variants are held to the theory's d + D (the paper fine-tunes by SGD; with W
 # frozen only v adapts, which is what the theory's downstream analysis needs to move)
@@ -33,10 +20,9 @@ PRETRAINED_METHODS = names_where(theory=True)  # the method modules that declare
 BASELINE_METHOD = "logreg"
 
 
-def check_columns(df: pd.DataFrame, needed: tuple[str, ...], what: str) -> None:
-    missing = [c for c in needed if c not in df.columns]
-    if missing:
-        raise InputError(f"{what}: missing column(s) {', '.join(missing)}; has {', '.join(map(str, df.columns))}")
+def require_columns(df: pd.DataFrame, kind: str) -> None:
+    """InputError unless ``df`` has every column the analysis reads of a ``kind`` table (io.tables.ANALYSED_COLUMNS)."""
+    check_columns(df, ANALYSED_COLUMNS[kind], f"{kind} table")
 
 
 def with_role(df: pd.DataFrame, role: str) -> pd.DataFrame:
@@ -57,7 +43,7 @@ def final_rows(traj: pd.DataFrame) -> pd.DataFrame:
 
 def transfer_curves(transfer: pd.DataFrame, run: str, downstream: str, method: str):
     """(n grid, seeds, accuracy matrix seeds x n) of one method; failed fits are NaN."""
-    check_columns(transfer, TRANSFER_COLUMNS, "transfer table")
+    require_columns(transfer, "transfer")
     g = transfer[(transfer["run"] == run) & (transfer["downstream"] == downstream) & (transfer["method"] == method)]
     dup = g.duplicated(["seed", "n"])
     if dup.any():

@@ -21,8 +21,8 @@ import pandas as pd
 
 from .fits import fit_design
 from .inputs import downstreams, with_role
-from .rows import _claim
-from .sample_complexity import _online_stat
+from .rows import claim_row
+from .sample_complexity import online_stat
 from .settings import Settings
 from .stats import Prediction, bootstrap_generator, t_quantile
 
@@ -55,7 +55,7 @@ def online_form_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                     if (d + D) * math.log(n) ** 2 / n >= 1:
                         continue  # the bound is vacuous here: it says nothing to test
                     levels.append((int(d), int(D), float(n)))
-                    stats.append(_online_stat(table[n].to_numpy(float)))
+                    stats.append(online_stat(table[n].to_numpy(float)))
                     seeds.append(int(table.shape[0]))
                     clusters.append(run)
             if len({(d, D) for d, D, _ in levels}) < 3:
@@ -73,7 +73,7 @@ def online_form_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
             se = float(boot.std(ddof=1)) if boot.size > 1 else math.nan
             half = t_quantile(dof) * se if dof >= 1 else math.nan
             blocker = fit.blocker(min_levels=3)
-            row = _claim(
+            row = claim_row(
                 f"{method}: the bound's form with d + D fits the average online error better than with d D "
                 f"(downstream {downstream})",
                 THEORY,

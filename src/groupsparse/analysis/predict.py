@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .concentration import _rest_at
+from .concentration import rest_at
 from .scaling_laws import MIN_ATTENTION, grid_rows
 from .settings import Settings
 from .stats import CONFIDENCE, MIN_SEEDS, mean_interval, t_quantile
@@ -76,7 +76,7 @@ def rest_values(traj: pd.DataFrame, kappas) -> pd.DataFrame:
         c = c.drop_duplicates("step", keep="last")
         for kappa in kappas:
             step = float(kappa) * float(D) ** 3
-            rest, why = _rest_at(c, column, step)
+            rest, why = rest_at(c, column, step)
             rows.append(
                 {
                     "d": int(d),
@@ -209,7 +209,7 @@ def predictions(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:
 def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> list[dict]:
     """Per (d, kappa) and each measured D > fit_D_max with predictions: which law's interval holds the
     measured level mean of log(1 - min attention) at kappa D^3 (one law, both laws, neither law)."""
-    from .rows import _claim
+    from .rows import claim_row
 
     rows = []
     if not len(preds):
@@ -252,7 +252,7 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
             f"lack of fit on D <= {s.fit_D_max}: p = {r['lack_of_fit_p']:.2g})"
             for _, r in p.iterrows()
         )
-        row = _claim(
+        row = claim_row(
             f"out-of-sample: which law predicts 1 - min attention at {kappa:g} D^3 steps, D = {D} (d = {d})",
             "after T* ~ D^3 steps, 1 - S[j*, j] <= exp(-Theta(D)); laws fitted on D <= "
             f"{s.fit_D_max} alone (rule predict), tested at D = {D}",

@@ -7,7 +7,7 @@ import math
 from .stats import CONFIDENCE, Prediction, verdict
 
 
-def _claim(
+def claim_row(
     claim: str,
     theory: str,
     pred: Prediction | None,

@@ -31,7 +31,7 @@ import pandas as pd
 from .fits import Coefficient, DesignFit, LevelStat, curve_crossing_stat, fit_design
 from .inputs import BASELINE_METHOD, downstreams, transfer_curves, with_role
 from .power import add_power
-from .rows import _claim
+from .rows import claim_row
 from .settings import Settings
 from .stats import CONFIDENCE, EXPONENT_TOLERANCE, Prediction, bootstrap_generator, fmt_values
 
@@ -117,7 +117,7 @@ class JointRecord:
                 continue
             c = t.coefficient
             one_sided = t.prediction.kind == "at_most"
-            row = _claim(
+            row = claim_row(
                 t.claim,
                 t.theory,
                 t.prediction,
@@ -255,7 +255,7 @@ def n_star_fits(transfer: pd.DataFrame, s: Settings) -> list[JointRecord]:
     return records
 
 
-def _online_stat(values: np.ndarray) -> LevelStat:
+def online_stat(values: np.ndarray) -> LevelStat:
     """Level statistic: log of the seeds' mean online error; censored if it is 0 (no log)."""
 
     def stat(idx):
@@ -288,7 +288,7 @@ def online_error_fits(transfer: pd.DataFrame, s: Settings) -> list[JointRecord]:
                 for n in table.columns:
                     values = table[n].to_numpy(float)
                     rows.append((int(d), int(D), float(n)))
-                    stats.append(_online_stat(values))
+                    stats.append(online_stat(values))
                     seeds.append(values.size)
                     clusters.append(run)
                     names.append(f"d={int(d)}, D={int(D)}, n={int(n)}")

@@ -23,10 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .fits import Fit, fit_levels, mean_stat
-from .inputs import (
-    TRAJECTORY_COLUMNS,
-    check_columns,
-)
+from .inputs import require_columns
 from .settings import Settings
 from .stats import CONFIDENCE, Prediction, bootstrap_generator, first_crossing, fmt_values, one_sided_low
 
@@ -71,7 +68,7 @@ def crossing_times(
     A censored step is the last recorded step, a lower bound; reason says why ("not reached
     within the budget" or "diverged at step s").
     """
-    check_columns(traj, TRAJECTORY_COLUMNS, "trajectory table")
+    require_columns(traj, "trajectory")
     out = []
     for (run, seed), g in traj.sort_values("step").groupby(["run", "seed"], sort=True):
         g = g.drop_duplicates("step", keep="last")

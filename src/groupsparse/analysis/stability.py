@@ -17,9 +17,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from .concentration import _rest_at
+from .concentration import rest_at
 from .power import add_power
-from .rows import _claim
+from .rows import claim_row
 from .scaling_laws import MIN_ATTENTION, theorem_target
 from .settings import Settings
 from .stats import METRIC_RANGES, MIN_SEEDS, Prediction, mean_interval
@@ -55,7 +55,7 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
         values = ok[MIN_ATTENTION].to_numpy(float)
         m, lo, hi = mean_interval(values, METRIC_RANGES[MIN_ATTENTION])
         pred = Prediction("greater", target)
-        row = _claim(
+        row = claim_row(
             f"{variant} training reaches the theorem's level: min attention >= 1 - exp(-{c:g} D) (D = {D})",
             "after T* ~ D^3 steps, S[j*, j] >= 1 - exp(-Theta(D)) for every query j",
             pred,
@@ -91,8 +91,8 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
             diffs = []
             for seed, h in g.groupby("seed"):
                 r = ref[ref["seed"] == seed].sort_values("step").drop_duplicates("step", keep="last")
-                a, why_a = _rest_at(h.sort_values("step").drop_duplicates("step", keep="last"), MIN_ATTENTION, step)
-                b, why_b = _rest_at(r, MIN_ATTENTION, step) if len(r) else (math.nan, "no grid seed")
+                a, why_a = rest_at(h.sort_values("step").drop_duplicates("step", keep="last"), MIN_ATTENTION, step)
+                b, why_b = rest_at(r, MIN_ATTENTION, step) if len(r) else (math.nan, "no grid seed")
                 diffs.append(math.log(a) - math.log(b) if not (why_a or why_b) else math.nan)
             described["log(1 - min attention) minus the grid run's (same seed, same step)"] = (
                 pd.Series(diffs),
@@ -100,7 +100,7 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
             )
         for what, (values, bounds) in described.items():
             m, lo, hi = mean_interval(np.asarray(values, dtype=float), bounds)
-            row = _claim(
+            row = claim_row(
                 f"{variant} training at D = {D}: {what} at the last step (d = {d})",
                 "the theorem's solution: attention on j*, v2 = 0, W's cross blocks 0, small loss",
                 None,

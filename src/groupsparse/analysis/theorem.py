@@ -12,7 +12,7 @@ import pandas as pd
 from .concentration import law_comparison
 from .inputs import with_role
 from .power import add_power
-from .rows import _claim
+from .rows import claim_row
 from .scaling_laws import FitRecord
 from .settings import Settings
 from .stats import MIN_SEEDS, Prediction, fmt_values, mean_interval
@@ -40,7 +40,7 @@ def concentration_claims(records: list[FitRecord], s: Settings) -> list[dict]:
             n=int(fe.seeds.sum()),
             settings={"d": c["d"]},
         )
-        law = _claim(
+        law = claim_row(
             f"1 - min attention at {c['at']} steps: curvature in D over the measured levels (d = {c['d']})",
             "after T* ~ D^3 steps, 1 - S[j*, j] <= exp(-Theta(D)): log(1 - min attention) linear in D. "
             "RSS(power) - RSS(exponential) over the same level means (> 0: straighter against D)",
@@ -58,7 +58,7 @@ def concentration_claims(records: list[FitRecord], s: Settings) -> list[dict]:
         )
         rows.append(law)
         pred = Prediction("less", 0.0)
-        row = _claim(
+        row = claim_row(
             f"1 - min attention at {c['at']} steps falls with D (d = {c['d']})",
             "exp(-Theta(D)): slope of log(1 - min attention) on D below 0",
             pred,
@@ -117,7 +117,7 @@ def stability_claims(traj: pd.DataFrame) -> list[dict]:
                         rates.append(1000 * float(np.polyfit(x, y, 1)[0]))
                 m, lo, hi = mean_interval(rates)
                 rows.append(
-                    _claim(
+                    claim_row(
                         f"the symmetric solution is stable: {what} does not grow, {window} phase ({run})",
                         "the theorem's solution has v2 = 0 and W_fp = W_pf = 0; stable if a perturbation decays",
                         Prediction("less", 0.0),

@@ -21,12 +21,12 @@ def _concat(paths, kind):
     import pandas as pd
 
     from ..io import files as io
-    from ..io.tables import PARAMETER_PREFIX, check_columns
+    from ..io.tables import PARAMETER_PREFIX, REQUIRED_COLUMNS, check_columns
 
     frames = []
     for path in paths:
         frames.append(io.read_parquet(path))
-        check_columns(frames[-1], kind, path)
+        check_columns(frames[-1], REQUIRED_COLUMNS[kind], f"{path}: not a {kind} table of this study")
     if not frames:
         return pd.DataFrame()
     table = pd.concat(frames, ignore_index=True)

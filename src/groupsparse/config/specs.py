@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError
-from .schema import ROLES, check_run_spec, schema_defaults  # noqa: F401 (ROLES: re-exported)
+from .schema import check_run_spec, schema_defaults
 
 # Ranges, enums and defaults of the settings live in src/groupsparse/config/config.schema.yaml (see schema.py);
 # this module keeps the rules that tie several settings together.
@@ -32,6 +32,7 @@ _IMAGE_TASK = schema_defaults("task", kind="images")
 _MODEL = schema_defaults("model")
 _PRETRAIN = schema_defaults("pretrain")
 _TOP = schema_defaults()
+_LABELS = schema_defaults("run_labels")
 
 
 # Settings added after runs existed (see RunSpec.to_dict), by section.
@@ -39,7 +40,7 @@ ADDED_SETTINGS = {"pretrain": ("eta_D_limit", "optimizer")}
 _SECTION_DEFAULTS = {"pretrain": _PRETRAIN}
 
 
-def _check(cond: bool, key: str, msg: str) -> None:
+def require(cond: bool, key: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"{key}: {msg}")
 
@@ -50,7 +51,7 @@ def _take(cls, raw: dict[str, Any] | None, where: str):
     raw = dict(raw or {})
     known = {f.name for f in fields(cls)}  # a task's keys depend on its kind (synthetic or images)
     unknown = sorted(set(raw) - known)
-    _check(
+    require(
         not unknown,
         f"{where}.{unknown[0]}" if unknown else where,
         f"unknown key; allowed keys: {', '.join(sorted(known))}",
@@ -61,8 +62,8 @@ def _take(cls, raw: dict[str, Any] | None, where: str):
     return obj
 
 
-def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
-    _check(value in allowed, key, f"got {value!r}; allowed values: {', '.join(allowed)}")
+def require_one_of(value: str, allowed: tuple[str, ...], key: str) -> None:
+    require(value in allowed, key, f"got {value!r}; allowed values: {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -81,19 +82,19 @@ class TaskSpec:
     student_dof: float = _TASK["student_dof"]  # degrees of freedom for "student_t"
 
     def validate(self, where: str = "task") -> None:
-        _choice(self.kind, ("synthetic",), f"{where}.kind")
-        _check(
+        require_one_of(self.kind, ("synthetic",), f"{where}.kind")
+        require(
             1 <= self.relevant_groups <= self.D,
             f"{where}.relevant_groups",
             f"must be in 1..D={self.D}, got {self.relevant_groups}",
         )
         if self.j_star is not None:
-            _check(
+            require(
                 isinstance(self.j_star, int) and 0 <= self.j_star < self.D,
                 f"{where}.j_star",
                 f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}",
             )
-        _check(
+        require(
             -1.0 / max(self.d - 1, 1) < self.feature_rho < 1.0,
             f"{where}.feature_rho",
             f"must make a positive-definite covariance, in (-1/(d-1), 1), got {self.feature_rho}",
@@ -140,78 +141,78 @@ class ImageTaskSpec:
         return 1
 
     def validate(self, where: str = "task") -> None:
-        _choice(self.kind, ("images",), f"{where}.kind")
-        _check(
+        require_one_of(self.kind, ("images",), f"{where}.kind")
+        require(
             self.dataset in IMAGE_DATASETS,
             f"{where}.dataset",
             f"got {self.dataset!r}; allowed values: {', '.join(IMAGE_DATASETS)}",
         )
         names = IMAGE_DATASETS[self.dataset][3]
-        _check(isinstance(self.path, str), f"{where}.path", f"must be a string, got {self.path!r}")
+        require(isinstance(self.path, str), f"{where}.path", f"must be a string, got {self.path!r}")
         if self.dataset == "cifar10":
-            _check(
+            require(
                 self.path != "",
                 f"{where}.path",
                 "cifar10 needs the folder holding the python batches (cifar-10-batches-py), downloaded "
                 "(the workflow fetches it there if it does not exist yet: see `groupsparse fetch cifar10 --help`)",
             )
         else:
-            _check(
+            require(
                 self.path == "",
                 f"{where}.path",
                 f"{self.dataset} is bundled with scikit-learn and reads no files; leave path empty",
             )
         for key in ("classes", "transfer_classes"):
             pair = getattr(self, key)
-            _check(
+            require(
                 isinstance(pair, tuple) and len(pair) == 2,
                 f"{where}.{key}",
                 f"must be a pair of class names, got {pair!r}",
             )
             for c in pair:
-                _check(
+                require(
                     c in names, f"{where}.{key}", f"{c!r} is not a {self.dataset} class; classes: {', '.join(names)}"
                 )
-            _check(pair[0] != pair[1], f"{where}.{key}", f"needs two different classes, got {list(pair)}")
-        _check(isinstance(self.D, int) and self.D >= 2, f"{where}.D", f"must be an integer >= 2, got {self.D!r}")
+            require(pair[0] != pair[1], f"{where}.{key}", f"needs two different classes, got {list(pair)}")
+        require(isinstance(self.D, int) and self.D >= 2, f"{where}.D", f"must be an integer >= 2, got {self.D!r}")
         if self.j_star is not None:
-            _check(
+            require(
                 isinstance(self.j_star, int) and 0 <= self.j_star < self.D,
                 f"{where}.j_star",
                 f"must be an integer in 0..{self.D - 1} (D={self.D}), got {self.j_star!r}",
             )
         if self.images_per_class is not None:
             n = self.images_per_class
-            _check(
+            require(
                 isinstance(n, int) and not isinstance(n, bool) and n >= 2,
                 f"{where}.images_per_class",
                 f"must be an integer >= 2 or null (all images), got {n!r}",
             )
             n_test = round(self.test_fraction * n)
-            _check(
+            require(
                 1 <= n_test < n,
                 f"{where}.test_fraction",
                 f"leaves {n_test} of {n} images per class for testing; both splits need at least one",
             )
         C, H, W, _ = IMAGE_DATASETS[self.dataset]
         full = C * H * W
-        _check(isinstance(self.d, int) and self.d >= 1, f"{where}.d", f"must be an integer >= 1, got {self.d!r}")
+        require(isinstance(self.d, int) and self.d >= 1, f"{where}.d", f"must be an integer >= 1, got {self.d!r}")
         if self.reduce == "none":
-            _check(
+            require(
                 self.d == full,
                 f"{where}.d",
                 f"with reduce: none, d is the image size {C}x{H}x{W} = {full}, got {self.d}",
             )
         elif self.reduce == "pool":
             dims = pool_dims(self.dataset)
-            _check(
+            require(
                 self.d in dims.values(),
                 f"{where}.d",
                 f"with reduce: pool on {self.dataset} ({C}x{H}x{W}), d must be one of "
                 f"{', '.join(f'{v} (k={k})' for k, v in sorted(dims.items(), key=lambda kv: -kv[1]))}, got {self.d}",
             )
         else:
-            _check(
+            require(
                 self.d <= full, f"{where}.d", f"with reduce: pca, d must be <= {full} (the image size), got {self.d}"
             )
 
@@ -228,7 +229,7 @@ class ModelSpec:
     layers: int = _MODEL["layers"]  # >1 stacks residual attention layers before the paper's read-out
 
     def validate(self, where: str = "model") -> None:
-        _check(
+        require(
             not (self.attention == "separate" and self.init == "zero"),
             f"{where}.init",
             "separate W_K, W_Q at zero init never move (both gradients vanish); use init: random",
@@ -256,13 +257,13 @@ class PretrainSpec:
     optimizer: str = _PRETRAIN["optimizer"]
 
     def validate(self, where: str = "pretrain") -> None:
-        _check(
+        require(
             self.sampling != "antithetic" or self.batch % 2 == 0,
             f"{where}.batch",
             f"must be even with sampling: antithetic (X is drawn with -X), got {self.batch}",
         )
-        _check(self.eval_size % 2 == 0, f"{where}.eval_size", f"must be even, got {self.eval_size}")
-        _check(
+        require(self.eval_size % 2 == 0, f"{where}.eval_size", f"must be even, got {self.eval_size}")
+        require(
             self.gradient != "population" or self.optimizer == "gd",
             f"{where}.optimizer",
             "population mode is plain gradient descent on its subspace; use optimizer: gd",
@@ -284,9 +285,9 @@ class RunSpec:
     pretrain: PretrainSpec = field(default_factory=PretrainSpec)
     dtype: str = _TOP["dtype"]
     device: str = _TOP["device"]
-    run_name: str = ""  # the run (task, scaling point or ablation); defaults to task_name
-    role: str = "task"  # task | scaling | ablation: written to every table the run's jobs write
-    variant: str = ""  # the ablation variant's name ("none" for the ablations' baseline)
+    run_name: str = _LABELS["run_name"]  # the run (task, scaling point or ablation); empty: task_name
+    role: str = _LABELS["role"]  # task | scaling | ablation: written to every table the run's jobs write
+    variant: str = _LABELS["variant"]  # the ablation variant's name ("none" for the ablations' baseline)
 
     @property
     def run(self) -> str:
@@ -309,8 +310,8 @@ class RunSpec:
             **{key: raw[key] for key in ("dtype", "device", "run_name", "role", "variant") if key in raw},
         )
         if spec.pretrain.gradient == "population":
-            _check_population(spec)
-        _check(
+            check_population(spec)
+        require(
             spec.task.kind != "images" or spec.pretrain.sampling == "iid",
             "pretrain.sampling",
             "must be iid for image tasks (an antithetic pair X, -X with label -y needs a symmetric data law; "
@@ -338,29 +339,29 @@ class RunSpec:
         return config_hash(d)
 
 
-def _check_population(spec: RunSpec) -> None:
+def check_population(spec: RunSpec) -> None:
     """Population mode projects onto the subspace that the paper's data law and model keep from the zero
     start: every setting that breaks one of those symmetries is refused here, naming it."""
     t, m = spec.task, spec.model
-    _check(t.kind == "synthetic", "task.kind", "pretrain.gradient: population needs a synthetic task")
-    _check(
+    require(t.kind == "synthetic", "task.kind", "pretrain.gradient: population needs a synthetic task")
+    require(
         t.features == "gaussian",
         "task.features",
         "pretrain.gradient: population needs gaussian features (rotations fixing v* must keep the law), "
         f"got {t.features}",
     )
-    _check(
+    require(
         t.relevant_groups == 1,
         "task.relevant_groups",
         f"pretrain.gradient: population needs one relevant group, got {t.relevant_groups}",
     )
-    _check(
+    require(
         m.is_paper_model and m.score_scale in ("none", "sqrt"),
         "model",
         "pretrain.gradient: population needs the paper model (positions: concat, attention: merged, layers: 1)",
     )
-    _check(m.init == "zero", "model.init", "pretrain.gradient: population starts from the zero start; use init: zero")
-    _check(
+    require(m.init == "zero", "model.init", "pretrain.gradient: population starts from the zero start; use init: zero")
+    require(
         t.d >= 2 and t.D >= 3,
         "task.d",
         f"pretrain.gradient: population needs d >= 2 and D >= 3 (every orbit of the subspace non-empty), "

@@ -10,18 +10,18 @@ from typing import Any
 from .model import (
     COEFFS_PATH,
     FIT_TERMS,
-    _fit_features,
-    _pretrain_cpu_s,
-    _pretrain_mem_mb,
-    _sig,
-    _transfer_mem_features,
-    _transfer_parts,
     coefficients,
+    fit_features,
     fit_seconds,
+    pretrain_cpu_s,
+    pretrain_mem_mb,
+    round_significant,
     set_coefficients,
     transfer_cost,
+    transfer_mem_features,
+    transfer_parts,
 )
-from .work import DTYPE_BYTES, Fit, _pretrain_bytes, describe_transfer, measured_methods, pretrain_flops, transfer_fits
+from .work import DTYPE_BYTES, Fit, describe_transfer, measured_methods, pretrain_bytes, pretrain_flops, transfer_fits
 
 # -- fitting (numpy/scipy imported here only) --------------------------------------------------
 
@@ -46,7 +46,7 @@ def _pre_row(r: dict) -> dict:
         "kind": r.get("kind") or "synthetic",
         "flops": pretrain_flops(r["path"], S, L, d, D, m, T, B, R, E),
         "draws": S * T * B * D * d,
-        **_pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, r["path"]),
+        **pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, r["path"]),
         "cpu_s": float(r["user_s"]) + float(r["sys_s"]),
         "mem_mb": float(r["max_rss_mb"]),
     }
@@ -146,7 +146,7 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
         for r in rows:
             feats = [0.0] * 4
             for f in _fit_row_fits(r):
-                w = _fit_features(f, int(r["seeds"]), int(r["d"]), int(r["D"]), int(r["d"]) + int(r["D"]), None)
+                w = fit_features(f, int(r["seeds"]), int(r["d"]), int(r["D"]), int(r["d"]) + int(r["D"]), None)
                 feats = [a + b for a, b in zip(feats, w)]
             X.append(feats)
             y.append(max(r["cpu_seconds"], 1e-3))
@@ -158,12 +158,12 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
         X, y, mem = [], [], []
         for r in read_table(data / "transfer.tsv"):
             spec, transfer, methods, sizes, seeds = _tr_row(r)
-            fits_s, draws, gl, _ = _transfer_parts(spec, transfer, methods, sizes, seeds)
+            fits_s, draws, gl, _ = transfer_parts(spec, transfer, methods, sizes, seeds)
             X.append([1.0, fits_s, draws, float(gl)])
             y.append(float(r["user_s"]) + float(r["sys_s"]))
             mem.append(
                 (
-                    _transfer_mem_features(describe_transfer(spec, transfer, methods, sizes, seeds), methods),
+                    transfer_mem_features(describe_transfer(spec, transfer, methods, sizes, seeds), methods),
                     float(r["max_rss_mb"]),
                 )
             )
@@ -191,7 +191,7 @@ def _rounded(obj):
         return {k: _rounded(v) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_rounded(v) for v in obj]
-    return _sig(obj) if isinstance(obj, float) else obj
+    return round_significant(obj) if isinstance(obj, float) else obj
 
 
 def write_coefficients(coeffs: dict, path: Path = COEFFS_PATH) -> None:
@@ -220,7 +220,7 @@ def measured_vs_predicted(data: Path = DEFAULT_DATA) -> list[dict]:
                 "name": r["name"],
                 "what": "cpu_s",
                 "measured": p["cpu_s"],
-                "predicted": _pretrain_cpu_s(p, c),
+                "predicted": pretrain_cpu_s(p, c),
                 "load1": float(r["load1_before"]),
             }
         )
@@ -230,7 +230,7 @@ def measured_vs_predicted(data: Path = DEFAULT_DATA) -> list[dict]:
                 "name": r["name"],
                 "what": "mem_mb",
                 "measured": p["mem_mb"],
-                "predicted": _pretrain_mem_mb(p, c),
+                "predicted": pretrain_mem_mb(p, c),
                 "load1": float(r["load1_before"]),
             }
         )

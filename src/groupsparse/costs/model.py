@@ -7,14 +7,15 @@ from pathlib import Path
 
 from ..transfer import methods as registry
 from .work import (
-    DOWNSTREAM,
     Fit,
-    _token_width,
     coefficients_of,
     describe_pretrain,
     describe_transfer,
     fit_work,
+    token_width,
     transfer_fits,
+    transfer_settings,
+    with_defaults,
 )
 
 COEFFS_PATH = Path(__file__).with_name("costs.yaml")
@@ -61,7 +62,7 @@ def set_coefficients(coeffs: dict | None) -> dict | None:
     return saved
 
 
-def _sig(x: float, digits: int = 6) -> float:
+def round_significant(x: float, digits: int = 6) -> float:
     """Round to ``digits`` significant digits (the data file holds these exact values)."""
     return 0.0 if x == 0 else float(f"{x:.{digits - 1}e}")
 
@@ -92,13 +93,13 @@ def _thread_speedup(threads: int, parallel: int) -> float:
     return 1.0 + 0.5 * (k - 1)
 
 
-def _pretrain_cpu_s(f: dict, c: dict) -> float:
+def pretrain_cpu_s(f: dict, c: dict) -> float:
     p = c["pretrain"]
     path = p["path_factor"].get(f["path"], 1.0)
     return p["c0_s"] + path * (p["s_per_flop"][f["dtype"]] * f["flops"] + p["s_per_draw"] * f["draws"])
 
 
-def _pretrain_mem_mb(f: dict, c: dict) -> float:
+def pretrain_mem_mb(f: dict, c: dict) -> float:
     p = c["pretrain"]
     return (
         p["m0_mb"]
@@ -112,9 +113,9 @@ def pretrain_cost(spec: dict, seeds: int, device: str | None = None, threads: in
     """One pretraining job: ``spec`` a RunSpec dict (Run.spec), ``seeds`` the seeds it trains."""
     c = coefficients()
     f = describe_pretrain(spec, seeds, threads)
-    cpu = _pretrain_cpu_s(f, c)
-    mem = _pretrain_mem_mb(f, c)
-    device = device or spec.get("device", "cpu")
+    cpu = pretrain_cpu_s(f, c)
+    mem = pretrain_mem_mb(f, c)
+    device = device or with_defaults(spec)["device"]
     if device == "cuda":
         g = GPU_ASSUMPTIONS
         wall = (
@@ -134,7 +135,7 @@ def _library(method: str) -> str:
     return registry.method(method).library
 
 
-def _fit_features(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None) -> list[float]:
+def fit_features(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None) -> list[float]:
     steps, train, ev = fit_work(fit.method, fit.n_train, fit.n_eval, seeds, d, D, m, hp)
     return [1.0, float(steps), float(train), float(ev)]
 
@@ -142,31 +143,31 @@ def _fit_features(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None)
 def fit_seconds(fit: Fit, seeds: int, d: int, D: int, m: int, hp: dict | None = None) -> float:
     """Predicted seconds of one fit (all ``seeds`` at once), on one CPU thread."""
     k = coefficients()["transfer_fit"][coefficients_of(fit.method)]
-    return sum(k[name] * x for name, x in zip(FIT_TERMS, _fit_features(fit, seeds, d, D, m, hp)))
+    return sum(k[name] * x for name, x in zip(FIT_TERMS, fit_features(fit, seeds, d, D, m, hp)))
 
 
-def _transfer_parts(spec: dict, transfer: dict, methods, sizes, seeds: int) -> tuple[float, float, bool, float]:
+def transfer_parts(spec: dict, transfer: dict, methods, sizes, seeds: int) -> tuple[float, float, bool, float]:
     t = spec["task"]
     d, D = t["d"], t["D"]
-    m = _token_width(spec.get("model", {}), d, D)
-    hps = transfer.get("hyperparameters", {}) or {}
+    m = token_width(spec.get("model", {}), d, D)
+    hps = transfer_settings(transfer).hyperparameters
     fits = transfer_fits(transfer, methods, sizes)
     total = sum(fit_seconds(f, seeds, d, D, m, hps.get(f.method)) for f in fits)
     gpu = 0.0
     g = GPU_ASSUMPTIONS
-    dtype = transfer.get("dtype", "float32")
+    settings = transfer_settings(transfer)
+    dtype = settings.dtype
     for f in fits:
         if _library(f.method) in CPU_LIBRARIES:  # scikit-learn / skglm: on the CPU whatever the device
             gpu += fit_seconds(f, seeds, d, D, m, hps.get(f.method))
         else:
             steps, train, ev = fit_work(f.method, f.n_train, f.n_eval, seeds, d, D, m, hps.get(f.method))
             gpu += steps * g["step_s"] + 2 * (3 * train + ev) / g["flops_per_s"][dtype]
-    n_down = len(transfer.get("downstream", DOWNSTREAM))
-    draws = seeds * n_down * (transfer.get("test_size", 10000) + sum(sizes)) * D * d
+    draws = seeds * len(settings.downstream) * (settings.test_size + sum(sizes)) * D * d
     return total, draws, any(_library(m) == "skglm" for m in methods), gpu
 
 
-def _transfer_mem_features(f: dict, methods) -> list[float]:
+def transfer_mem_features(f: dict, methods) -> list[float]:
     """[1, data MB, embedded-token MB (paper-model methods), scikit-learn loaded, skglm/numba
     loaded, torch nets trained]: the libraries' code and the nets' autograd state count."""
     return [
@@ -182,7 +183,7 @@ def _transfer_mem_features(f: dict, methods) -> list[float]:
 def _transfer_mem_mb(c: dict, f: dict, methods) -> float:
     tj = c["transfer_job"]
     k = [tj["m0_mb"], tj["m_x"], tj["m_z"], tj["m_sklearn_mb"], tj["m_group_lasso_mb"], tj["m_nets_mb"]]
-    return sum(a * x for a, x in zip(k, _transfer_mem_features(f, methods)))
+    return sum(a * x for a, x in zip(k, transfer_mem_features(f, methods)))
 
 
 def _transfer_job_s(c: dict, fits_s: float, draws: float, gl: bool) -> float:
@@ -197,11 +198,11 @@ def transfer_cost(
     (Run.transfer), the job's ``methods`` and ``sizes``, ``seeds`` in the checkpoint."""
     c = coefficients()
     methods, sizes = list(methods), list(sizes)
-    fits_s, draws, gl, gpu_fits = _transfer_parts(spec, transfer, methods, sizes, seeds)
+    fits_s, draws, gl, gpu_fits = transfer_parts(spec, transfer, methods, sizes, seeds)
     cpu = _transfer_job_s(c, fits_s, draws, gl)
     f = describe_transfer(spec, transfer, methods, sizes, seeds)
     mem = _transfer_mem_mb(c, f, methods)
-    device = device or spec.get("device", "cpu")
+    device = device or with_defaults(spec)["device"]
     if device == "cuda":
         wall = GPU_ASSUMPTIONS["startup_s"] + _transfer_job_s(c, gpu_fits, draws, gl) - c["transfer_job"]["j0_s"]
         return Cost(cpu, wall, mem, "cuda", measured=False)

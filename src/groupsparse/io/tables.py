@@ -80,6 +80,27 @@ TRANSFER_COLUMNS = (
     "online_error",
 )
 
+# Columns every job's command adds to its tables from the run spec (commands/pretrain.py, commands/transfer.py).
+RUN_COLUMNS = ("role",)
+
+# The columns the analysis reads (analysis.inputs.require_columns), by table kind: every table that
+# passes REQUIRED_COLUMNS has them.
+ANALYSED_COLUMNS = {
+    "trajectory": (
+        "run",
+        "role",
+        "d",
+        "D",
+        "seed",
+        "step",
+        "status",
+        "eval_loss",
+        "attention_on_relevant",
+        "cos_v1_vstar",
+    ),
+    "transfer": ("run", "role", "d", "D", "seed", "downstream", "method", "n", "status", "test_accuracy"),
+}
+
 # Transfer columns a table may lack and still be read (bookkeeping, or added after the first tables).
 _TRANSFER_OPTIONAL = {"j_star", "pretrain_j_star", "train_loss", "fit_seconds", "error", "cos_direction"}
 _TRANSFER_OPTIONAL |= {"selection", "hp_at_edge", "hp_edge", "cv_accuracy", "cv_loss", "online_error"}
@@ -88,6 +109,7 @@ _TRANSFER_OPTIONAL |= {"selection", "hp_at_edge", "hp_edge", "cv_accuracy", "cv_
 REQUIRED_COLUMNS = {
     "trajectory": (
         "run",
+        *RUN_COLUMNS,
         "task_name",
         "d",
         "D",
@@ -100,7 +122,7 @@ REQUIRED_COLUMNS = {
         "diverged_step",
     ),
     "attention": ("run", "task_name", "seed", "step", "key", "query", "mass", "j_star"),
-    "transfer": tuple(c for c in TRANSFER_COLUMNS if c not in _TRANSFER_OPTIONAL),
+    "transfer": (*RUN_COLUMNS, *(c for c in TRANSFER_COLUMNS if c not in _TRANSFER_OPTIONAL)),
 }
 
 
@@ -126,8 +148,11 @@ def check_table(path, kind: str) -> None:
         )
 
 
-def check_columns(df, kind: str, path) -> None:
-    """The same check on a table already read."""
-    missing = [c for c in REQUIRED_COLUMNS[kind] if c not in df.columns]
+def check_columns(df, needed, what: str) -> None:
+    """InputError naming ``what`` and the missing columns unless the table ``df`` has every column of ``needed``."""
+    missing = [c for c in needed if c not in df.columns]
     if missing:
-        raise InputError(f"{path}: not a {kind} table of this study (missing columns {', '.join(missing[:5])})")
+        has = ", ".join(map(str, df.columns[:12])) + (" ..." if len(df.columns) > 12 else "")
+        raise InputError(
+            f"{what}: missing column(s) {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; has {has}"
+        )

@@ -68,7 +68,8 @@ def plan(spec, symmetric_min_D: int = SYMMETRIC_MIN_D, kernel: str | None = None
     forces one; a kernel that cannot compute this run's step is refused)."""
     from ..config.specs import RunSpec
 
-    spec = spec if isinstance(spec, RunSpec) else RunSpec.from_dict(spec, checked=True)
+    if not isinstance(spec, RunSpec):  # a spec file's dict, or the part of one the cost model knows
+        spec = RunSpec.from_dict({"study_seed": 0, "task_name": "plan"} | spec, checked=True)
     chosen = _choose(spec, symmetric_min_D)
     if kernel is None:
         return chosen

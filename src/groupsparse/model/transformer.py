@@ -72,7 +72,7 @@ def seedwise_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.stack([a[s] @ b[s] for s in range(a.shape[0])])
 
 
-def _scores(params, layer: int, Z: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
+def attention_scores(params, layer: int, Z: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
     S_, B, D, m = Z.shape
     flat = Z.reshape(S_, B * D, m)
     if spec.attention == "merged":
@@ -90,9 +90,9 @@ def _scores(params, layer: int, Z: torch.Tensor, spec: ModelSpec) -> torch.Tenso
 def forward(params: dict[str, torch.Tensor], Z: torch.Tensor, spec: ModelSpec):
     """Output f (S, B) and the read-out layer's attention (S, B, D, D), [key i, query j]."""
     for layer in range(spec.layers - 1):
-        attn = torch.softmax(_scores(params, layer, Z, spec), dim=-2)
+        attn = torch.softmax(attention_scores(params, layer, Z, spec), dim=-2)
         Z = Z + attn.transpose(-1, -2) @ Z  # residual: z_j <- z_j + sum_i S[i, j] z_i
-    attn = torch.softmax(_scores(params, spec.layers - 1, Z, spec), dim=-2)
+    attn = torch.softmax(attention_scores(params, spec.layers - 1, Z, spec), dim=-2)
     u = (Z * params["v"][:, None, None, :]).sum(-1)  # u_i = v . z_i
     f = (u * attn.sum(-1)).sum(-1)
     return f, attn

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .fitting import Context, FitOutput, _chunked, _per_seed, _shared, per_entry
+from .fitting import Context, FitOutput, chunked, per_entry, per_seed, shared_settings
 from .methods import method
 from .methods._shared import net_steps
 
@@ -26,7 +26,7 @@ def fit_logreg(ctx, X, y, evals, hps, gens, start=None, online=None) -> FitOutpu
             model.fit(Xs, ys)
         return model.decision_function, {}
 
-    return _per_seed(fit_one, X, y, evals)
+    return per_seed(fit_one, X, y, evals)
 
 
 def group_lasso_alpha(Xs: np.ndarray, d: int, D: int, alpha_scale: float) -> float:
@@ -70,7 +70,7 @@ def fit_group_lasso(ctx, X, y, evals, hps, gens, start=None, online=None) -> Fit
         selected = int(sum(np.any(coef[g * d : (g + 1) * d] != 0) for g in range(D)))
         return (lambda E: E @ coef + intercept), {"alpha": alpha, "groups_selected": selected}
 
-    return _per_seed(fit_one, X, y, evals)
+    return per_seed(fit_one, X, y, evals)
 
 
 def warm_up_group_lasso(solvers: tuple[str, ...] = ("GroupProxNewton",)) -> None:
@@ -112,7 +112,7 @@ def _train_net(ctx, net, params: dict[str, torch.Tensor], X, y, evals, hps, gens
     X = X.to(ctx.device, ctx.dtype)
     y = y.to(ctx.device, ctx.dtype)
     S, n = y.shape
-    hp = _shared(hps, "lr", "weight_decay")
+    hp = shared_settings(hps, "lr", "weight_decay")
     batch, steps = net_steps(n, hp)
     epochs = math.ceil(steps * batch / n)
     order = torch.stack([torch.cat([torch.randperm(n, generator=g) for _ in range(epochs)]) for g in gens])
@@ -127,7 +127,7 @@ def _train_net(ctx, net, params: dict[str, torch.Tensor], X, y, evals, hps, gens
         grads = torch.autograd.grad(loss, list(leaves.values()))
         opt.step(grads)
     with torch.no_grad():
-        return FitOutput([_chunked(lambda E: net(leaves, E), E, ctx) for E in evals])
+        return FitOutput([chunked(lambda E: net(leaves, E), E, ctx) for E in evals])
 
 
 class _AdamW:

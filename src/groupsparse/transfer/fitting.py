@@ -53,7 +53,7 @@ def per_entry(hps: list[dict], key: str, ctx: Context, shape_like: int = 1) -> t
     )
 
 
-def _shared(hps: list[dict], *exclude: str) -> dict:
+def shared_settings(hps: list[dict], *exclude: str) -> dict:
     """The settings every entry shares (all but ``exclude``); refuses a batch that mixes them."""
     first = {k: v for k, v in hps[0].items() if k not in exclude}
     for hp in hps[1:]:
@@ -66,7 +66,7 @@ def _shared(hps: list[dict], *exclude: str) -> dict:
 # -- the paper's transformer: online SGD (pretrained, frozen-W or from scratch) ----------
 
 
-def _chunked(fn, E: torch.Tensor, ctx: Context) -> torch.Tensor:
+def chunked(fn, E: torch.Tensor, ctx: Context) -> torch.Tensor:
     """fn over the eval set in chunks of samples; float64 CPU output (S, m)."""
     outs = []
     with torch.no_grad():
@@ -80,7 +80,7 @@ def _flat(X: torch.Tensor) -> np.ndarray:
     return X.reshape(X.shape[0], -1).numpy()
 
 
-def _per_seed(fit_one, X, y, evals, flat: bool = True) -> FitOutput:
+def per_seed(fit_one, X, y, evals, flat: bool = True) -> FitOutput:
     """Fit each entry separately with a scikit-learn-style estimator; decision values on evals.
 
     ``fit_one(s, Xs, ys)`` returns (decision function, dict of data-dependent settings); the

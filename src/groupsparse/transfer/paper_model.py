@@ -10,8 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..model.transformer import _scores, embed, forward, init_params, loss_and_grads_closed_form, token_width
-from .fitting import EVAL_CHUNK, Context, FitOutput, OnlineEval, _chunked, _per_seed, _shared, per_entry
+from ..model.transformer import attention_scores, embed, forward, init_params, loss_and_grads_closed_form, token_width
+from .fitting import EVAL_CHUNK, Context, FitOutput, OnlineEval, chunked, per_entry, per_seed, shared_settings
 
 
 def online_iterates(n: int, points: int) -> list[int]:
@@ -34,9 +34,9 @@ def features(params: dict, Z: torch.Tensor, ms) -> torch.Tensor:
     """u(X) = df/dv, (S, B, m): f = v . u(X) with u = sum_i r_i z_i (r: the read-out attention's
     row sums over queries, z_i the last layer's input tokens); for the paper model u = Z S 1."""
     for layer in range(ms.layers - 1):
-        attn = torch.softmax(_scores(params, layer, Z, ms), dim=-2)
+        attn = torch.softmax(attention_scores(params, layer, Z, ms), dim=-2)
         Z = Z + attn.transpose(-1, -2) @ Z
-    attn = torch.softmax(_scores(params, ms.layers - 1, Z, ms), dim=-2)
+    attn = torch.softmax(attention_scores(params, ms.layers - 1, Z, ms), dim=-2)
     return (Z * attn.sum(-1)[..., None]).sum(-2)
 
 
@@ -68,7 +68,7 @@ def _paper_sgd(
     yy = y.to(ctx.device, ctx.dtype)
     S, n = yy.shape
     params = {k: t.to(ctx.device, ctx.dtype).clone() for k, t in params.items()}
-    hp = _shared(hps, "eta", "eta_rel")
+    hp = shared_settings(hps, "eta", "eta_rel")
     closed_form = ms.is_paper_model
     scale = 1.0 / math.sqrt(Z.shape[-1]) if ms.score_scale == "sqrt" else 1.0
     extras = [{} for _ in range(S)]
@@ -104,7 +104,7 @@ def _paper_sgd(
             for k in trainable:
                 params[k] = params[k] - etas[k] * grads[k]
     out = FitOutput(
-        [_chunked(lambda E: forward(params, embed(E, ms), ms)[0], E, ctx) for E in evals], [None] * S, extras
+        [chunked(lambda E: forward(params, embed(E, ms), ms)[0], E, ctx) for E in evals], [None] * S, extras
     )
     if online is not None:
         out.online = [float(e) for e in average_online_error(measure, np.stack(errs), n)]
@@ -124,7 +124,7 @@ def _sgd_grads(params, Z, y, ms, closed_form: bool, scale: float, trainable):
 
 def _start(start: dict, hps: list[dict]) -> dict:
     """The pretrained parameters, with v zeroed if ``v_start == "zero"``."""
-    if _shared(hps, "eta", "eta_rel")["v_start"] == "zero":
+    if shared_settings(hps, "eta", "eta_rel")["v_start"] == "zero":
         return start | {"v": torch.zeros_like(start["v"])}
     return start
 
@@ -174,7 +174,7 @@ def fit_pretrained_probe(ctx, X, y, evals, hps, gens, start, online=None) -> Fit
             model.fit(Us, ys)
         return model.decision_function, {}
 
-    return _per_seed(fit_one, U, y, U_evals, flat=False)
+    return per_seed(fit_one, U, y, U_evals, flat=False)
 
 
 # -- linear models on vec(X) ---------------------------------------------------------------

@@ -15,38 +15,36 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config.schema import schema_defaults, section_problem
-from ..config.specs import ConfigError, _check, _choice, config_hash
+from ..config.schema import schema_defaults, section_problem, study_schema
+from ..config.specs import ConfigError, config_hash, require, require_one_of
 from .methods import method as method_info
 from .methods import method_names
 
-DOWNSTREAM = ("transfer", "negative_control")
-SELECTIONS = ("fixed", "cv")
-DEFAULT_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+# Every default of the transfer section: the schema's (several marked x-filled: false, read here only).
+DEFAULTS = schema_defaults("transfer")
+DOWNSTREAM = tuple(study_schema()["$defs"]["transfer"]["properties"]["downstream"]["items"]["enum"])
+DEFAULT_SIZES = tuple(DEFAULTS["sizes"])
 # Keys of a transfer section that plan the jobs (which methods, groups and sizes), not their settings.
 GRID_KEYS = ("enabled", "methods", "sizes", "method_groups")
-# The schema's defaults of the transfer section (the rest below have none there: their absence from
-# a spec file is part of its hash, so a default added to the schema would rename every transfer spec).
-_SCHEMA = schema_defaults("transfer")
 
 
 @dataclass(frozen=True)
 class TransferSpec:
-    max_n: int = 65536  # largest sample size a job accepts
-    test_size: int = 10000  # fresh test samples per (task, seed), shared by all methods and n
-    downstream: tuple = DOWNSTREAM  # which downstream tasks to run
-    control_methods: tuple | None = None  # methods also fitted on negative_control (None: every method)
-    angle_deg: float | None = None  # None: v~* a fresh uniform unit vector; else at this angle to v*
-    sigma_x: float | None = None  # None: the pretraining task's sigma_x
-    selection: str = _SCHEMA["selection"]  # hyperparameter rule: cv (k-fold CV on the n samples) | fixed
-    cv_folds: int = _SCHEMA["cv_folds"]  # k; reduced to floor(n / 2) when n < 2k (runner._select)
-    cv_large_n: int = _SCHEMA["cv_large_n"]  # from this n on: one holdout split instead of k fits (cost)
-    cv_holdout_folds: int = _SCHEMA["cv_holdout_folds"]  # ... validating on 1/k of the samples (1/2: 50/50)
-    online_eval_size: int = _SCHEMA["online_eval_size"]  # test samples scoring each online iterate
-    online_points: int = _SCHEMA["online_points"]  # iterates scored per online-SGD fit (log-spaced above)
+    max_n: int = DEFAULTS["max_n"]  # largest sample size a job accepts
+    test_size: int = DEFAULTS["test_size"]  # fresh test samples per (task, seed), shared by all methods and n
+    downstream: tuple = tuple(DEFAULTS["downstream"])  # which downstream tasks to run
+    control_methods: tuple | None = DEFAULTS["control_methods"]  # also fitted on negative_control (None: every method)
+    angle_deg: float | None = DEFAULTS["angle_deg"]  # None: v~* a fresh uniform unit vector; else at this angle to v*
+    sigma_x: float | None = DEFAULTS["sigma_x"]  # None: the pretraining task's sigma_x
+    selection: str = DEFAULTS["selection"]  # hyperparameter rule: cv (k-fold CV on the n samples) | fixed
+    cv_folds: int = DEFAULTS["cv_folds"]  # k; reduced to floor(n / 2) when n < 2k (runner._select)
+    cv_large_n: int = DEFAULTS["cv_large_n"]  # from this n on: one holdout split instead of k fits (cost)
+    cv_holdout_folds: int = DEFAULTS["cv_holdout_folds"]  # ... validating on 1/k of the samples (1/2: 50/50)
+    online_eval_size: int = DEFAULTS["online_eval_size"]  # test samples scoring each online iterate
+    online_points: int = DEFAULTS["online_points"]  # iterates scored per online-SGD fit (log-spaced above)
     hyperparameters: dict = field(default_factory=dict)  # method -> {key: value}, overrides the defaults
     grids: dict = field(default_factory=dict)  # method -> {key: [values]}, replaces the cv grid
-    dtype: str = "float32"  # torch methods (the checkpoint is cast to it)
+    dtype: str = DEFAULTS["dtype"]  # torch methods (the checkpoint is cast to it)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> TransferSpec:
@@ -119,60 +117,60 @@ def check_transfer(raw: Any, where: str = "transfer", checked: bool = False) -> 
     known = method_names()
     allowed = f"unknown method; allowed: {', '.join(known)}"
     for name in raw.get("control_methods") or ():
-        _check(name in known, f"{where}.control_methods", f"{name!r}: {allowed}")
+        require(name in known, f"{where}.control_methods", f"{name!r}: {allowed}")
     for section in ("hyperparameters", "grids"):
         for name in raw.get(section) or {}:
-            _check(name in known, f"{where}.{section}.{name}", allowed)
+            require(name in known, f"{where}.{section}.{name}", allowed)
     for name, values in (raw.get("hyperparameters") or {}).items():
         for key, value in values.items():
             _check_value(name, key, value, f"{where}.hyperparameters.{name}.{key}")
     for name, grid in (raw.get("grids") or {}).items():
         for key, values in grid.items():
             key_at = f"{where}.grids.{name}.{key}"
-            _check(isinstance(values, list) and values, key_at, f"must be a non-empty list of values, got {values!r}")
+            require(isinstance(values, list) and values, key_at, f"must be a non-empty list of values, got {values!r}")
             for value in values:
                 _check_value(name, key, value, key_at)
     spec = TransferSpec.from_dict(raw)
     for name in known:  # a method's own cross-setting rules, at every setting it may be fitted with
         for hp in [spec.method_hyperparameters(name)] + (spec.candidates(name) if spec.selection == "cv" else []):
             problem = method_info(name).problem(hp)
-            _check(problem is None, f"{where}.hyperparameters.{name}.{(problem or '').split(':')[0]}", str(problem))
+            require(problem is None, f"{where}.hyperparameters.{name}.{(problem or '').split(':')[0]}", str(problem))
 
 
 def check_grid(methods_: list[str], sizes: list[int], spec: TransferSpec, where: str = "transfer") -> None:
     """Refuse an unknown method, a bad or too large sample size (errors name the value): the job's
     command-line grid, which no schema sees."""
     known = method_names()
-    _check(len(methods_) >= 1, f"{where}.methods", "must list at least one method")
+    require(len(methods_) >= 1, f"{where}.methods", "must list at least one method")
     for m in methods_:
-        _check(m in known, f"{where}.methods", f"unknown method {m!r}; allowed: {', '.join(known)}")
-    _check(len(set(methods_)) == len(methods_), f"{where}.methods", f"lists a method twice: {methods_}")
-    _check(len(sizes) >= 1, f"{where}.sizes", "must list at least one sample size")
+        require(m in known, f"{where}.methods", f"unknown method {m!r}; allowed: {', '.join(known)}")
+    require(len(set(methods_)) == len(methods_), f"{where}.methods", f"lists a method twice: {methods_}")
+    require(len(sizes) >= 1, f"{where}.sizes", "must list at least one sample size")
     for n in sizes:
-        _check(_is_int(n) and n >= 2, f"{where}.sizes", f"sample sizes must be integers >= 2, got {n!r}")
-        _check(n <= spec.max_n, f"{where}.sizes", f"n = {n} exceeds transfer.max_n = {spec.max_n}")
-    _check(len(set(sizes)) == len(sizes), f"{where}.sizes", f"lists a sample size twice: {sizes}")
+        require(_is_int(n) and n >= 2, f"{where}.sizes", f"sample sizes must be integers >= 2, got {n!r}")
+        require(n <= spec.max_n, f"{where}.sizes", f"n = {n} exceeds transfer.max_n = {spec.max_n}")
+    require(len(set(sizes)) == len(sizes), f"{where}.sizes", f"lists a sample size twice: {sizes}")
 
 
 def _check_value(name: str, key: str, value: Any, at: str) -> None:
     """A setting of method ``name`` has the type of its default and a value the method declares allowed."""
     info = method_info(name)
     default = info.defaults
-    _check(key in default, at, f"unknown setting; allowed: {', '.join(sorted(default))}")
+    require(key in default, at, f"unknown setting; allowed: {', '.join(sorted(default))}")
     kind = type(default[key])
     if key in info.may_be_null and value is None:
         return
     if kind is type(None):
         kind = float
     if kind is str:
-        _check(isinstance(value, str), at, f"must be a string, got {value!r}")
-        _choice(value, info.choices[key], at)
+        require(isinstance(value, str), at, f"must be a string, got {value!r}")
+        require_one_of(value, info.choices[key], at)
     elif kind is int:
-        _check(_is_int(value) and value >= 1, at, f"must be an integer >= 1, got {value!r}")
+        require(_is_int(value) and value >= 1, at, f"must be an integer >= 1, got {value!r}")
     else:
-        _check(_is_number(value) and math.isfinite(value), at, f"must be a finite number, got {value!r}")
+        require(_is_number(value) and math.isfinite(value), at, f"must be a finite number, got {value!r}")
         low_ok = value >= 0 if key in info.may_be_zero else value > 0
-        _check(low_ok, at, f"must be {'>= 0' if key in info.may_be_zero else '> 0'}, got {value!r}")
+        require(low_ok, at, f"must be {'>= 0' if key in info.may_be_zero else '> 0'}, got {value!r}")
 
 
 def _is_int(value: Any) -> bool:
