@@ -1,6 +1,7 @@
 """The out-of-sample test cannot see what it is tested on: in the DAG of the pre-registered config
-(configs/theorem.yaml) the `predict` job reads the grid runs with D <= fit_D_max and nothing else,
-while the claims job reads the larger-D runs too."""
+(configs/population.yaml) the `predict` job reads the scaling runs with D <= fit_D_max (the grid's and
+the stability variants', not the batch check's) and nothing else, while the claims job reads the
+larger-D runs too."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import yaml
 
 from conftest import REPO, run_snakemake
 
-CONFIG = REPO / "configs" / "theorem.yaml"
-TRAJECTORY = re.compile(r"results/theorem/pretrain/(\w+)/seeds[\d-]+\.trajectory\.parquet$")
+CONFIG = REPO / "configs" / "population.yaml"
+TRAJECTORY = re.compile(r"results/population/pretrain/(\w+)/seeds[\d-]+\.trajectory\.parquet$")
 
 
 def _command(tmp_path, target: str, program: str) -> list[str]:
@@ -30,18 +31,26 @@ def _runs(argv: list[str]) -> list[str]:
     return [m.group(1) for a in argv if (m := TRAJECTORY.search(a))]
 
 
-def test_predict_reads_only_the_grid_runs_up_to_fit_D_max(tmp_path):
+def test_predict_reads_only_the_scaling_runs_up_to_fit_D_max(tmp_path):
     config = yaml.safe_load(CONFIG.read_text())
-    fit_D_max = (config["scaling"].get("analysis") or {}).get("fit_D_max", 16)  # the schema's default
-    runs = _runs(_command(tmp_path, "results/theorem/tables/predictions.parquet", "predict"))
-    expected = {f"scale_d{d}_D{D}" for d in config["scaling"]["d_grid"] for D in config["scaling"]["D_grid"]}
-    expected = {r for r in expected if int(r.rsplit("_D", 1)[1]) <= fit_D_max}
-    assert set(runs) == expected and len(runs) == len(expected)
+    fit_D_max = config["scaling"]["analysis"]["fit_D_max"]
+    argv = _command(tmp_path, "results/population/tables/predictions.parquet", "predict")
+    runs = _runs(argv)
+    grid = {f"scale_d{d}_D{D}" for d in config["scaling"]["d_grid"] for D in config["scaling"]["D_grid"]}
+    stability = config["scaling"]["stability"]
+    variants = {
+        f"stab_{name}_d{stability['d']}_D{D}"
+        for name, v in stability["variants"].items()
+        for D in v.get("D_grid", config["scaling"]["D_grid"])
+    }
+    expected = {r for r in grid | variants if int(r.rsplit("_D", 1)[1]) <= fit_D_max}
+    assert set(runs) == expected and len(argv[argv.index("--trajectories") + 1 :]) >= len(expected)
     assert max(config["scaling"]["D_grid"]) > fit_D_max  # the config does test beyond the fit
+    assert not [r for r in runs if "_batch" in r]
 
 
 def test_the_claims_job_reads_the_aggregated_table_and_the_predictions(tmp_path):
-    argv = _command(tmp_path, "results/theorem/tables/claims.parquet", "scaling")
+    argv = _command(tmp_path, "results/population/tables/claims.parquet", "scaling")
     assert "--predictions" in argv and argv[argv.index("--predictions") + 1].endswith("predictions.parquet")
     spec = argv[argv.index("--spec") + 1]
     assert re.search(r"specs/analysis\.[0-9a-f]{12}\.json$", spec)

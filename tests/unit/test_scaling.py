@@ -64,6 +64,8 @@ def synthetic_trajectories(
                         "seed": s,
                         "j_star": 0,
                         "step": int(st),
+                        "eta": 1.0,  # flow time = steps: the synthetic laws are written in steps
+                        "flow_time": float(st),
                         "train_loss": 1 - m,
                         "eval_loss": 1 - m,
                         "eval_accuracy": m,
@@ -221,7 +223,7 @@ def test_censored_level_makes_the_fit_inconclusive_not_silently_shorter():
     assert fit["n_levels_censored"] == 1 and fit["n_levels"] == 3 and not fit["usable"]
     assert fit["slope"] == pytest.approx(3.0, abs=0.15)  # the uncensored levels still show the slope
     # the theorem's target 1 - exp(-0.5 D) at D = 32 needs 0.5 x 0.5 x 32^3 steps > the budget
-    row = claim(a, "reaches 1 - exp(-0.5 D) within kappa D^3 steps")
+    row = claim(a, "reaches 1 - exp(-0.5 D) within flow time kappa D^3")
     assert "D=32 censored: kappa is at least their bound" in row["why"]
 
 
@@ -236,10 +238,10 @@ def test_bootstrap_is_seeded_by_the_analysis_identity():
 
 def test_too_few_levels_or_seeds_is_inconclusive():
     a = analyse(synthetic_trajectories(3.0, D_grid=(4, 8)), None, FAST)
-    row = claim(a, "1 - min attention at 1 D^3 steps falls with D")
+    row = claim(a, "1 - min attention at flow time 1 D^3 falls with D")
     assert row["verdict"] == "inconclusive" and "level" in row["why"]
     a = analyse(synthetic_trajectories(3.0, seeds=1), None, FAST)
-    row = claim(a, "reaches 1 - exp(-0.2 D) within kappa D^3 steps")
+    row = claim(a, "reaches 1 - exp(-0.2 D) within flow time kappa D^3")
     assert row["verdict"] == "inconclusive" and "seed" in row["why"]
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from schema_settings import settings
 
-from groupsparse.analysis.bound import population_claims
+from groupsparse.analysis.bound import batch_claims
 from groupsparse.analysis.claims import analyse, stability_claims
 from groupsparse.analysis.scaling_laws import crossing_times, theorem_target
 from groupsparse.analysis.stability import stability_by_D
@@ -45,6 +45,8 @@ def min_attention_runs(rest, D_grid=(4, 6, 8, 12, 16), seeds=4, noise=0.02, d=10
                         "D": D,
                         "seed": s,
                         "step": int(st),
+                        "eta": 1.0,  # flow time = steps: the synthetic laws are written in steps
+                        "flow_time": float(st),
                         "eval_loss": 0.1,
                         "attention_on_relevant": 1 - rr / 2,
                         "attention_min_on_relevant": 1 - rr,
@@ -67,7 +69,7 @@ SETTINGS = settings(n_boot=400, loss_target=None, thresholds=(0.5,), target_c=(0
 def kappa_claim(a, c, d=10):
     rows = a.claims[
         (a.claims["analysis"] == "bound_constant")
-        & a.claims["claim"].str.contains(f"1 - exp(-{c:g} D) within kappa D^3 steps", regex=False)
+        & a.claims["claim"].str.contains(f"1 - exp(-{c:g} D) within flow time kappa D^3", regex=False)
         & (a.claims["d"] == d)
     ]
     assert len(rows) == 1
@@ -92,7 +94,7 @@ def test_the_bound_constant_is_the_largest_ratio_to_D3(exponent):
         D_top = 4 if exponent < 3 else 16
         assert row["measured"] == pytest.approx(c * D_top ** (exponent - 3), rel=0.05)
         assert row["low"] < row["measured"] < row["high"] and row["verdict"] == "descriptive"
-        assert f"reached within kappa D^3 steps for every D <= 16, kappa = {row['measured']:.3g}" in row["why"]
+        assert f"reached within flow time kappa D^3 for every D <= 16, kappa = {row['measured']:.3g}" in row["why"]
         assert ("may still grow" in row["why"]) == (exponent > 3)
         assert "(c chosen after seeing data)" in row["claim"]  # the schema's default: not pre-registered
 
@@ -122,8 +124,8 @@ def test_a_target_not_reached_leaves_the_constant_a_lower_bound():
 
 
 def law_rows(a, kappa):
-    law = a.claims[a.claims["claim"].str.contains(f"at {kappa:g} D^3 steps: curvature in D", regex=False)]
-    falls = a.claims[a.claims["claim"].str.contains(f"at {kappa:g} D^3 steps falls with D", regex=False)]
+    law = a.claims[a.claims["claim"].str.contains(f"at flow time {kappa:g} D^3: curvature in D", regex=False)]
+    falls = a.claims[a.claims["claim"].str.contains(f"at flow time {kappa:g} D^3 falls with D", regex=False)]
     assert len(law) == 1 and len(falls) == 1
     return law.iloc[0], falls.iloc[0]
 
@@ -170,45 +172,32 @@ def batch_runs(shift):
     return pd.concat(frames, ignore_index=True)
 
 
-def test_the_population_limit_is_read_at_one_over_batch_zero():
-    traj = batch_runs(64.0)
+@pytest.mark.parametrize("shift, verdict", [(64.0, "needs a larger batch"), (1.0, "batch suffices")])
+def test_the_batch_check_says_whether_the_grids_batch_suffices(shift, verdict):
+    """Steps scale by exp(shift / batch): against batch 512, batch 128's log flow time differs by
+    shift (1/128 - 1/512), 0.375 (beyond the 0.05 tolerance) or 0.006 (within it)."""
+    traj = batch_runs(shift)
     s = SETTINGS.replace(target_c=(0.1,), kappas=(0.5,))
-    rows = population_claims(traj, crossing_times(traj, thresholds=(), target_c=(0.1,)), s)
-    steps = [r for r in rows if r["claim"].startswith("steps until")]
-    assert len(steps) == 1 and steps[0]["verdict"] == "descriptive"
-    assert steps[0]["measured"] == pytest.approx(0.1 * 16**3, rel=0.02)  # c D^3, the batch effect removed
-    assert steps[0]["low"] < 0.1 * 16**3 < steps[0]["high"]
-    assert "batch 512: " in steps[0]["config"] and "batch 128: " in steps[0]["config"]
-    at_512 = float(steps[0]["why"].split("at batch 512 ")[1])
-    assert at_512 == pytest.approx(0.1 * 16**3 * math.exp(64 / 512), rel=0.02)  # the grid's own batch, named
-    rest = [r for r in rows if r["claim"].startswith("1 - min attention")]
-    # log rest = -8 exp(-64 / batch): not linear in 1/batch, but the limit lies nearer exp(-8) than batch 512 does
-    assert len(rest) == 1 and rest[0]["verdict"] == "descriptive"
-    at_512 = float(rest[0]["why"].split("at batch 512 ")[1])
-    assert abs(math.log(rest[0]["measured"]) + 8) < abs(math.log(at_512) + 8)
+    rows = batch_claims(traj, crossing_times(traj, thresholds=(), target_c=(0.1,)), s)
+    flow = [r for r in rows if "flow time until" in r["claim"]]
+    assert len(flow) == 2  # batches 128 and 256 against the grid's 512
+    at128 = next(r for r in flow if "batch 128 minus batch 512" in r["claim"])
+    assert at128["measured"] == pytest.approx(shift * (1 / 128 - 1 / 512), abs=0.01)
+    assert at128["verdict"] == verdict
 
 
-def test_the_population_limit_figure_draws_what_the_claims_say(tmp_path):
-    """population_limits feeds the claims and the figure: the same limit; one panel per (d, quantity)."""
-    from groupsparse.analysis.bound import population_limits
+def test_the_population_and_batch_figure_draws_every_run_of_a_D(tmp_path):
     from groupsparse.figures import theorem as theorem_figures
 
     traj = batch_runs(64.0)
     s = SETTINGS.replace(target_c=(0.1,), kappas=(0.5,))
-    crossings = crossing_times(traj, thresholds=(), target_c=(0.1,))
-    limits = population_limits(traj, crossings, s)
-    rows = population_claims(traj, crossings, s)
-    assert len(limits) == len(rows) == 2
-    for item, row in zip(limits, rows):
-        assert item["batches"] == [128, 256, 512] and not item["blocked"]
-        assert math.exp(item["limit"][0]) == pytest.approx(row["measured"], rel=1e-12)
-    quantities = [r["quantity"] for r in limits]
-    fig = theorem_figures.population_limit_figure(limits, quantities)
-    assert len([ax for ax in fig.axes if ax.get_visible() and ax.has_data()]) == 2
-    paths = theorem_figures.write(traj, None, s.kappas, tmp_path, limits, s.target_c)
-    assert {p.name for p in paths} >= {"population_limit.png", "population_limit.pdf", "out_of_sample.png"}
-    empty = theorem_figures.population_limit_figure([], quantities)  # no batch check: a figure that says so
-    assert "no D with 3 or more batches" in " ".join(t.get_text() for ax in empty.axes for t in ax.texts)
+    fig = theorem_figures.population_and_batch_figure(traj, s)
+    axes = [ax for ax in fig.axes if ax.get_visible() and ax.has_data()]
+    assert len(axes) == 1 and len(axes[0].get_lines()) == 3 + 1  # three batches and the kappa line
+    paths = theorem_figures.write(traj, None, s, tmp_path)
+    assert {p.name for p in paths} >= {"population_and_batch.png", "out_of_sample.png"}
+    single = theorem_figures.population_and_batch_figure(traj[traj["batch"] == 512], s)  # one run: says so
+    assert "no D with more than one run" in " ".join(t.get_text() for ax in single.axes for t in ax.texts)
 
 
 def stability_runs(rate_early, rate_late, seeds=3):

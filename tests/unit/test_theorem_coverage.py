@@ -1,5 +1,5 @@
 """Coverage of the intervals the theorem test prints, at the study's design (configs/theorem.yaml:
-D = 4, 6, 8, 12, 16 fitted, 5 seeds, predictions at 24, 32, 64; batches 128, 256, 512 paired by seed),
+D = 4, 6, 8, 12, 16 fitted, 5 seeds, predictions at 24, 32, 64),
 with seed noise of the size measured there (sd of log(1 - min attention) and of log steps 0.01-0.1).
 Each simulation is vectorised: 2000 studies in well under a second."""
 
@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from groupsparse.analysis.bound import infinite_batch
 from groupsparse.analysis.power import simulated_power
-from groupsparse.analysis.predict import LAW_X, line_prediction
-from groupsparse.analysis.stats import Prediction, mean_interval, t_quantile
+from groupsparse.analysis.predict import design, law_prediction
+from groupsparse.analysis.stats import Prediction, t_quantile
 
 REPS = 2000
 FIT_D = np.array([4, 6, 8, 12, 16], dtype=float)
@@ -22,18 +21,19 @@ NEW_D = np.array([24, 32, 64], dtype=float)
 SEEDS = 5
 
 
-@pytest.mark.parametrize("law", ["power", "exponential"])
+@pytest.mark.parametrize("law", ["power", "exponential", "theorem"])
 @pytest.mark.parametrize("seeds", [3, 5])
 def test_prediction_intervals_cover_a_new_level_mean(law, seeds):
-    """A true line in the law's x (slope -0.15 per unit D, or -1.2 per unit log D) with normal seed
-    noise (sd 0.05): both prediction intervals (textbook, and seed noise only) hold the mean of the
-    new level's seeds at D = 24, 32 and 64 in 92-98% of the studies (measured: 94-96%)."""
+    """A true law (slope -0.15 per unit D, or -1.2 per unit log D; the theorem's form with its log(D - 1)
+    offset) with normal seed noise (sd 0.05): both prediction intervals (textbook, and seed noise only)
+    hold the mean of the new level's seeds at D = 24, 32 and 64 in 92-98% of the studies."""
     rng = np.random.default_rng(1)
-    x, x0 = LAW_X[law](FIT_D), LAW_X[law](NEW_D)
-    slope = -0.15 if law == "exponential" else -1.2
-    Y = (0.3 + slope * x)[None, :, None] + 0.05 * rng.standard_normal((REPS, FIT_D.size, seeds))
-    new = 0.3 + slope * x0 + 0.05 * rng.standard_normal((REPS, NEW_D.size, seeds)).mean(axis=-1)
-    p = line_prediction(x, Y, x0)
+    X, off = design(law, FIT_D)
+    X0, off0 = design(law, NEW_D)
+    beta = np.array([0.3, -0.15 if law != "power" else -1.2])
+    Y = (X @ beta + off)[None, :, None] + 0.05 * rng.standard_normal((REPS, FIT_D.size, seeds))
+    new = X0 @ beta + off0 + 0.05 * rng.standard_normal((REPS, NEW_D.size, seeds)).mean(axis=-1)
+    p = law_prediction(law, FIT_D, Y, NEW_D)
     for half in (p["half"], p["half_seed"]):
         coverage = (np.abs(new - p["pred"]) <= half).mean(axis=0)
         assert np.all((coverage >= 0.92) & (coverage <= 0.98)), coverage
@@ -50,7 +50,7 @@ def test_a_wrong_law_fails_out_of_sample():
     truth = lambda D: -1.2 * np.log(D)  # noqa: E731
     Y = truth(FIT_D)[None, :, None] + 0.02 * rng.standard_normal((REPS, FIT_D.size, SEEDS))
     new = truth(NEW_D) + 0.02 * rng.standard_normal((REPS, NEW_D.size, SEEDS)).mean(axis=-1)
-    p = line_prediction(FIT_D, Y, NEW_D)
+    p = law_prediction("exponential", FIT_D, Y, NEW_D)
     seed_only = (np.abs(new - p["pred"]) <= p["half_seed"]).mean(axis=0)
     textbook = (np.abs(new - p["pred"]) <= p["half"]).mean(axis=0)
     assert textbook[0] > 0.9 and seed_only[0] < 0.1
@@ -72,23 +72,6 @@ def test_the_bound_constant_interval_covers_at_the_study_design():
     est = means[np.arange(REPS), top]
     coverage = (np.abs(est - true_log.max()) <= half).mean()
     assert 0.92 <= coverage <= 0.98, coverage
-
-
-def test_the_population_limit_interval_covers_paired_by_seed():
-    """Per seed, log steps = limit + seed effect + 40 / batch + noise at each batch (128, 256, 512, the
-    seed effect shared by its batches): the t interval of the seeds' intercepts in 1/batch covers the
-    limit in 92-98%; analysed unpaired (Welch on the batch means) the seed effect would inflate it."""
-    rng = np.random.default_rng(4)
-    batches = np.array([128.0, 256.0, 512.0])
-    seed_effect = 0.1 * rng.standard_normal((REPS, SEEDS, 1))
-    Y = 5.0 + seed_effect + 40 / batches + 0.02 * rng.standard_normal((REPS, SEEDS, batches.size))
-    limits = infinite_batch(1 / batches, Y)  # (REPS, SEEDS)
-    m = limits.mean(axis=1)
-    half = t_quantile(SEEDS - 1) * limits.std(axis=1, ddof=1) / math.sqrt(SEEDS)
-    coverage = (np.abs(m - 5.0) <= half).mean()
-    assert 0.92 <= coverage <= 0.98, coverage
-    # one study through the module's own interval gives the same numbers
-    assert mean_interval(limits[0])[0] == pytest.approx(m[0])
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 # Helpers shared by the rules: config validation, the run table, file lists, resources.
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -317,12 +318,14 @@ SCALING_FIT_D_MAX = config["scaling"]["analysis"]["fit_D_max"]
 
 
 def prediction_runs():
-    """The scaling grid's own runs (variant '') with D <= scaling.analysis.fit_D_max."""
+    """The scaling runs with D <= scaling.analysis.fit_D_max: the grid's own (variant '') and the
+    stability variants' (each a group of its own), not the batch check's (variant batch<b>).
+    """
     return [
         r
         for r, run in RUNS.items()
         if run.role == "scaling"
-        and run.spec["variant"] == ""
+        and not re.fullmatch(r"batch\d+", run.spec["variant"])
         and run.spec["task"]["D"] <= SCALING_FIT_D_MAX
     ]
 

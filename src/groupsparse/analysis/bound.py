@@ -1,14 +1,18 @@
-"""The theorem's sufficient time with its constant, and the population limit (docs/STUDY.md section 3.4).
+"""The theorem's sufficient time with its constant, and the batch check (docs/STUDY.md section 3.4).
 
 * kappa_c: T* = Theta(D^3) is an upper bound with a hidden constant. What the measured D can say
-  about it is the constant it needs there: kappa_c = max over D of T_c(D) / D^3, T_c(D) the
-  geometric mean over seeds of the steps until min_j S[j*, j] >= 1 - exp(-c D). Its interval is the
-  t interval (k - 1 degrees of freedom) of the mean log steps at the level where the maximum is
-  reached, divided by D^3 there (coverage: tests/unit/test_theorem_coverage.py).
-* The population limit: the theorem is about population gradient descent; the batch check runs
-  the grid's tasks at several batches, paired by seed. Per seed, a headline quantity (log steps to
-  the theorem's target; log(1 - min attention) at kappa D^3) is fitted linearly in 1/batch and read
-  at 1/batch = 0; the seeds' intercepts get the t interval (paired: the seed's own data in each).
+  about it is the constant it needs there: kappa_c = max over D of tau_c(D) / D^3, tau_c(D) the
+  geometric mean over seeds of the flow time eta x steps until min_j S[j*, j] >= 1 - exp(-c D).
+  Over a finite range such a maximum always exists and often sits at the largest D, so the local
+  slopes of log tau_c on log D between neighbouring levels are printed beside it. Its interval is the
+  t interval (k - 1 degrees of freedom) of the mean log flow time at the level of the maximum,
+  divided by D^3 there (coverage: tests/unit/test_theorem_coverage.py).
+* The batch check: the grid's tasks at other batches, paired by seed. Per (d, D) and headline
+  quantity (log flow time to the theorem's smallest target, log(1 - min attention) at each kappa)
+  the paired difference from the grid's batch, against ``batch_tolerance``: the run reports whether
+  its batch sufficed. (Finite batches leave the theorem's invariant subspace from about D = 16 on,
+  so their batch -> infinity limit is not population GD: population GD is measured directly, by
+  population mode, and the batch check only asks whether that measurement depends on its batch.)
 """
 
 from __future__ import annotations
@@ -30,15 +34,25 @@ def _post_hoc(s: Settings) -> str:
 
 
 def _batches(df: pd.DataFrame) -> str:
-    """Which batch the numbers are at (the grid's own)."""
-    if "batch" not in df.columns:
-        return "batch not recorded"
-    values = sorted({int(b) for b in df["batch"].dropna()})
-    return f"at batch {', '.join(map(str, values))}"
+    """Which batch and step size the numbers are at (the grid's own)."""
+    batch = sorted({int(b) for b in df["batch"].dropna()}) if "batch" in df.columns else []
+    etas = sorted({round(float(e), 6) for e in df["eta"].dropna()}) if "eta" in df.columns else []
+    eta = (
+        (f"eta = {etas[0]:g}" if len(etas) == 1 else "eta(D) from " + ", ".join(f"{e:.4g}" for e in etas))
+        if etas
+        else ""
+    )
+    return ", ".join(x for x in (f"batch {', '.join(map(str, batch))}" if batch else "", eta) if x)
+
+
+def local_slopes(Ds, log_means) -> list[float]:
+    """Slopes of log tau on log D between neighbouring levels."""
+    x, y = np.log(np.asarray(Ds, float)), np.asarray(log_means, float)
+    return list(np.diff(y) / np.diff(x))
 
 
 def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
-    """Per d and c: kappa_c = max over D of T_c(D) / D^3, with an interval; a bound's wording."""
+    """Per d and c: kappa_c = max over D of tau_c(D) / D^3 (flow time), with an interval; a bound's wording."""
     rows = []
     if not len(crossings):
         return rows
@@ -47,7 +61,8 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
     for (d, c), g in cr.groupby(["d", "c"], sort=True):
         levels = []
         for D, h in g.groupby("D", sort=True):
-            logs = np.log(h["step"].to_numpy(float)) - 3 * math.log(D)
+            with np.errstate(divide="ignore"):  # reached at flow time 0: censored, named as such below
+                logs = np.log(h["flow_time"].to_numpy(float)) - 3 * math.log(D)
             m, lo, hi = mean_interval(logs)
             levels.append((int(D), m, lo, hi, bool(h["censored"].any()), len(h)))
         censored = [f"D={D}" for D, *_, cens, _ in levels if cens]
@@ -57,55 +72,53 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
         blocker = f"level(s) {', '.join(censored)} censored: kappa is at least their bound" if censored else ""
         blocker = blocker or (f"{k} seed(s) at D = {D_top}, need {MIN_SEEDS}" if k < MIN_SEEDS else "")
         ratios = ", ".join(f"D={D}: {math.exp(v):.3g}" for D, v, *_ in levels)
-        batch = _batches(g)
+        Ds = [L[0] for L in levels]
+        slopes = local_slopes(Ds, [L[1] + 3 * math.log(L[0]) for L in levels])
+        slope_text = ", ".join(f"{a}-{b}: {v:.2f}" for a, b, v in zip(Ds, Ds[1:], slopes))
         still = (
             f"; the largest ratio is at the largest D ({D_top}): the constant may still grow with D"
             if D_top == D_max
             else f"; largest at D = {D_top}, below it at D = {D_max}"
         )
         row = _descriptive_log_row(
-            f"min attention reaches 1 - exp(-{c:g} D) within kappa D^3 steps for every D <= {D_max} (d = {d})"
+            f"min attention reaches 1 - exp(-{c:g} D) within flow time kappa D^3 for every D <= {D_max} (d = {d})"
             + _post_hoc(s),
             "T* = Theta(D^3): a sufficient time with a hidden constant; the measured D give the constant they need",
             (m, lo, hi),
             blocker,
-            f"d = {d}, c = {c:g}{_post_hoc(s)}, {batch}; T_c(D) / D^3 (geometric mean over seeds) per level: {ratios}; "
-            f"interval: the seeds' t interval at D = {D_top}",
+            f"d = {d}, c = {c:g}{_post_hoc(s)}, {_batches(g)}; tau_c(D) / D^3 (flow time eta x steps, geometric mean "
+            f"over seeds) per level: {ratios}; local slopes of log tau_c on log D: {slope_text}; "
+            f"interval: the seeds' t interval at D = {D_top}"
+            + (f"; censored: {', '.join(censored)}" if censored else ""),
             "bound_constant",
             int(sum(L[-1] for L in levels)),
             {"d": int(d)},
         )
         row["why"] = blocker or (
-            f"reached within kappa D^3 steps for every D <= {D_max}, kappa = {math.exp(m):.3g} "
-            f"[{math.exp(lo):.3g}, {math.exp(hi):.3g}]{still}"
+            f"reached within flow time kappa D^3 for every D <= {D_max}, kappa = {math.exp(m):.3g} "
+            f"[{math.exp(lo):.3g}, {math.exp(hi):.3g}]{still}; local slopes {slope_text}"
         )
         rows.append(row)
     return rows
 
 
-def infinite_batch(inv_batch: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """Per row of Y (seeds x batches): the intercept of the least-squares line of Y on 1/batch."""
-    x = np.asarray(inv_batch, dtype=float)
-    xc = x - x.mean()
-    slope = (Y - Y.mean(axis=-1, keepdims=True)) @ xc / (xc @ xc)
-    return Y.mean(axis=-1) - slope * x.mean()
-
-
 def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> pd.DataFrame:
-    """Per (d, D, batch, seed): the headline quantities, long format (quantity, value, censored)."""
-    frames = []
-    scaled = traj[(traj["role"] == "scaling")]
-    batch_runs = scaled[scaled["variant"].fillna("").astype(str).str.match(r"^(batch\d+)?$")]
-    if "batch" not in batch_runs.columns:
+    """Per (d, D, batch, seed) of the grid and its batch check: the headline quantities, long format."""
+    scaled = traj[traj["role"] == "scaling"]
+    variants = scaled["variant"].fillna("").astype(str) if "variant" in scaled.columns else pd.Series("", scaled.index)
+    runs = scaled[variants.str.match(r"^(batch\d+)?$")]
+    if "batch" not in runs.columns or not len(runs):
         return pd.DataFrame()
-    for (variant, batch), g in batch_runs.groupby(["variant", "batch"], sort=True):
-        v = rest_values(g.assign(variant=""), s.kappas)
-        v = v.assign(batch=int(batch), quantity=[f"1 - min attention at {k:g} D^3 steps" for k in v["kappa"]])
+    frames = []
+    for (variant, batch), g in runs.groupby(["variant", "batch"], sort=True):
+        v = rest_values(g.assign(variant=""), s.kappas, s)
+        v = v.assign(batch=int(batch), quantity=[f"1 - min attention at flow time {k:g} D^3" for k in v["kappa"]])
         v = v.assign(value=v["log_rest"], censored=~np.isfinite(v["log_rest"]), grid=not str(variant))
         frames.append(v[["d", "D", "batch", "seed", "quantity", "value", "censored", "grid"]])
     if len(crossings):
+        c0 = min(s.target_c) if s.target_c else None
         cr = crossings[(crossings["role"] == "scaling") & (crossings["quantity"] == MIN_ATTENTION)]
-        cr = cr[cr["variant"].fillna("").astype(str).str.match(r"^(batch\d+)?$")]
+        cr = cr[cr["variant"].fillna("").astype(str).str.match(r"^(batch\d+)?$") & (cr["c"] == c0)]
         frames.append(
             pd.DataFrame(
                 {
@@ -113,8 +126,8 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
                     "D": cr["D"],
                     "batch": cr["batch"],
                     "seed": cr["seed"],
-                    "quantity": [f"steps until min attention >= 1 - exp(-{c:g} D)" for c in cr["c"]],
-                    "value": np.log(cr["step"].to_numpy(float)),
+                    "quantity": f"flow time until min attention >= 1 - exp(-{c0:g} D)",
+                    "value": np.log(cr["flow_time"].to_numpy(float)),
                     "censored": cr["censored"].to_numpy(bool),
                     "grid": (cr["variant"].fillna("").astype(str) == "").to_numpy(bool),
                 }
@@ -123,88 +136,60 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def population_limits(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> list[dict]:
-    """At every (d, D) with 3+ batches, per headline quantity: the batches used and left out, each
-    batch's geometric mean, and the limit at batch -> infinity (log scale, paired by seed), or why
-    there is none (``blocked``)."""
-    out = []
+def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> list[dict]:
+    """Per (d, D), other batch and headline quantity: does the grid's batch suffice (paired by seed)?"""
+    rows = []
     q = _batch_quantities(traj, crossings, s)
     if not len(q):
-        return out
-    # A batch at which some seed never reaches the theorem's smallest target (or diverges) is not
-    # an approximation of population GD but a different dynamics (at D >= 24, eta = 0.5, small
-    # batches blow up): the extrapolation leaves it out, and says so.
-    first = f"steps until min attention >= 1 - exp(-{min(s.target_c):g} D)"
-    failed = q[(q["quantity"] == first) & q["censored"]][["d", "D", "batch"]]
-    scaled = traj[(traj["role"] == "scaling") & traj["variant"].fillna("").astype(str).str.match(r"^(batch\d+)?$")]
-    if "status" in scaled.columns and "batch" in scaled.columns:
-        failed = pd.concat([failed, scaled.loc[scaled["status"] == "diverged", ["d", "D", "batch"]]])
-    unstable = {(int(d), int(D)): sorted({int(b) for b in h["batch"]}) for (d, D), h in failed.groupby(["d", "D"])}
+        return rows
+    tol = s.batch_tolerance
+    algorithm = _algorithm(traj)
     for (d, D, what), g in q.groupby(["d", "D", "quantity"], sort=True):
-        left_out = unstable.get((int(d), int(D)), [])
-        if len(g["batch"].unique()) < 3:
+        grid = g[g["grid"].astype(bool)]
+        if not len(grid):
             continue
-        g = g[~g["batch"].isin(left_out)]
-        batches = sorted(g["batch"].unique())
-        grid_batches = sorted({int(b) for b in g.loc[g["grid"].astype(bool), "batch"]})
-        item = {"d": int(d), "D": int(D), "quantity": what, "batches": batches, "left_out": left_out}
-        if len(batches) < 3:
-            out.append(item | {"blocked": "fewer than 3 usable batches"})
-            continue
-        wide = g.pivot(index="seed", columns="batch", values="value").reindex(columns=batches).dropna()
-        cens = bool(g["censored"].any())
-        if cens or len(wide) < 2:
-            out.append(item | {"blocked": "censored seeds" if cens else f"{len(wide)} seed(s) with every batch"})
-            continue
-        Y = wide[batches].to_numpy(float)
-        grid_b = grid_batches[0] if grid_batches else max(batches)
-        item |= {
-            "blocked": "",
-            "limit": mean_interval(infinite_batch(1.0 / np.asarray(batches, float), Y)),
-            "grid_batch": grid_b,
-            "diff": mean_interval(Y[:, batches.index(grid_b)] - infinite_batch(1.0 / np.asarray(batches, float), Y)),
-            "log_means": {int(b): float(np.mean(wide[b])) for b in batches},
-            "n": int(len(wide)),
-        }
-        out.append(item)
-    return out
-
-
-def population_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> list[dict]:
-    """At every (d, D) with 3+ batches: each headline quantity at batch -> infinity, paired by seed."""
-    rows = []
-    for item in population_limits(traj, crossings, s):
-        d, D, what, batches, left_out = (item[k] for k in ("d", "D", "quantity", "batches", "left_out"))
-        note = (
-            f"; batches {', '.join(map(str, left_out))} left out (a seed never reached 1 - exp(-{min(s.target_c):g} D)"
-            " or diverged there)"
-            if left_out
-            else ""
-        )
-        if item["blocked"]:
-            why = item["blocked"] + (note if item["blocked"].startswith("fewer") else "")
-            rows.append(_blocked_row(what, d, D, batches, why))
-            continue
-        (m, lo, hi), diff, grid_b, means = item["limit"], item["diff"], item["grid_batch"], item["log_means"]
-        per_batch = "; ".join(f"batch {b}: {math.exp(means[b]):.4g}" for b in batches)
-        row = _descriptive_log_row(
-            f"{what} at batch -> infinity (population gradient descent; d = {d}, D = {D})",
-            "the theorem is about population gradient descent; a batch only approximates it",
-            (m, lo, hi),
-            "",
-            f"d = {d}, D = {D}; per seed, log value linear in 1/batch over batches {', '.join(map(str, batches))}, "
-            f"read at 1/batch = 0; t interval over {item['n']} seeds (paired: each seed's own line); geometric means "
-            f"{per_batch}; batch {grid_b} minus the limit (log): {diff[0]:.3g} [{diff[1]:.3g}, {diff[2]:.3g}]{note}",
-            "population_limit",
-            item["n"],
-            {"d": d, "D": D},
-        )
-        row["why"] = (
-            f"at batch -> infinity {math.exp(m):.4g} [{math.exp(lo):.4g}, {math.exp(hi):.4g}]; at batch {grid_b} "
-            f"{math.exp(means[grid_b]):.4g}"
-        )
-        rows.append(row)
+        grid_b = int(grid["batch"].iloc[0])
+        for b, h in g[~g["grid"].astype(bool)].groupby("batch", sort=True):
+            pair = h.set_index("seed")["value"].sub(grid.set_index("seed")["value"]).dropna()
+            cens = bool(h["censored"].any() or grid["censored"].any())
+            m, lo, hi = mean_interval(pair.to_numpy(float)) if len(pair) else (math.nan,) * 3
+            blocker = (
+                "censored or diverged seeds"
+                if cens
+                else (f"{len(pair)} seed(s) at both batches, need {MIN_SEEDS}" if len(pair) < MIN_SEEDS else "")
+            )
+            row = claim_row(
+                f"batch check, {algorithm}: {what} at batch {int(b)} minus batch {grid_b} (d = {d}, D = {D})",
+                "the measurement must not depend on its batch (population mode estimates the population gradient)",
+                None,
+                m,
+                lo,
+                hi,
+                blocker,
+                f"d = {d}, D = {D}; log scale, paired by seed ({len(pair)} seeds), seeds' t interval; tolerance "
+                f"+-{tol:g} (scaling.analysis.batch_tolerance)",
+                "batch_check",
+                int(len(pair)),
+                settings={"d": int(d), "D": int(D)},
+            )
+            if blocker:
+                row["verdict"], row["why"] = "inconclusive", blocker
+            elif max(abs(lo), abs(hi)) <= tol:
+                row["verdict"], row["why"] = "batch suffices", f"batch {grid_b} agrees with {int(b)} within +-{tol:g}"
+            elif (lo > tol) or (hi < -tol):
+                row["verdict"] = "needs a larger batch"
+                row["why"] = f"batch {grid_b} differs from {int(b)} by more than {tol:g}: use the batch-{int(b)} value"
+            else:
+                row["verdict"], row["why"] = "inconclusive", f"the interval straddles the tolerance {tol:g}"
+            rows.append(row)
     return rows
+
+
+def _algorithm(traj: pd.DataFrame) -> str:
+    grid = grid_rows(traj[traj["role"] == "scaling"])
+    if "algorithm" not in grid.columns or not len(grid):
+        return "batch gradient descent"
+    return {"population": "population gradient descent"}.get(str(grid["algorithm"].iloc[0]), "batch gradient descent")
 
 
 def _descriptive_log_row(claim, theory, log_interval, blocker, config, analysis, n, settings) -> dict:
@@ -213,22 +198,4 @@ def _descriptive_log_row(claim, theory, log_interval, blocker, config, analysis,
     m, lo, hi = (math.exp(v) if np.isfinite(v) else math.nan for v in log_interval)
     row = claim_row(claim, theory, None, m, lo, hi, blocker, config, analysis, n, settings=settings)
     row["verdict"] = "inconclusive" if blocker else "descriptive"
-    return row
-
-
-def _blocked_row(what: str, d: int, D: int, batches: list[int], why: str) -> dict:
-    row = claim_row(
-        f"{what} at batch -> infinity (population gradient descent; d = {d}, D = {D})",
-        "the theorem is about population gradient descent; a batch only approximates it",
-        None,
-        math.nan,
-        math.nan,
-        math.nan,
-        why,
-        f"d = {d}, D = {D}; batches {', '.join(map(str, batches))}",
-        "population_limit",
-        0,
-        settings={"d": d, "D": D},
-    )
-    row["verdict"], row["why"] = "inconclusive", why
     return row

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..io.tables import ANALYSED_COLUMNS
 from .ablations import ablation_table
-from .bound import kappa_claims, population_claims
+from .bound import batch_claims, kappa_claims
 from .concentration import concentration_fits
 from .fits import mean_curve_crossing
 from .inputs import (
@@ -37,6 +37,7 @@ from .scaling_laws import (
     Settings,
     convergence_time_fits,
     crossing_times,
+    theorem_quantity,
 )
 from .stability import stability_by_D
 from .stats import (
@@ -302,6 +303,7 @@ def analyse(
     ``predictions`` (rule predict's table) judges the runs beyond fit_D_max."""
     require_columns(traj, "trajectory")
     transfer = transfer if transfer is not None else pd.DataFrame(columns=ANALYSED_COLUMNS["transfer"])
+    traj = theorem_quantity(traj, s)  # population runs' min over queries: their pooled estimate (if set)
     scaled = with_role(traj, "scaling")
     crossings = crossing_times(scaled, s.thresholds, s.loss_target, s.target_c) if len(scaled) else pd.DataFrame()
     records = (convergence_time_fits(crossings, s) if len(crossings) else []) + (
@@ -313,7 +315,7 @@ def analyse(
         + kappa_claims(crossings, s)
         + concentration_claims(records, s)
         + (prediction_claims(scaled, predictions, s) if predictions is not None and len(scaled) else [])
-        + population_claims(scaled, crossings, s)
+        + batch_claims(scaled, crossings, s)
         + stability_by_D(traj, s)
         + stability_claims(traj)
         + final_state_claims(traj, s)

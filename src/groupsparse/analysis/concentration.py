@@ -1,8 +1,9 @@
-"""Attention concentration at steps kappa D^3 (docs/STUDY.md section 3.4, test 2): exponential vs power law.
+"""Attention concentration at flow time kappa D^3 (docs/STUDY.md section 3.4): its curvature in D.
 
-1 - min over queries of S[j*, j] at steps kappa D^3, fitted against D (the theorem's exp(-Theta(D)))
-and against log D (a power law) through the same level statistics, compared by their residual sums
-of squares with an interval from one bootstrap over seeds.
+1 - min over queries of S[j*, j] at gradient-flow time tau = eta x steps = kappa D^3, fitted against D
+(exp(-c D)) and against log D (a power law) through the same level statistics, compared by their
+residual sums of squares with an interval from one bootstrap over seeds: a description of the
+measured range. The law at larger D is the out-of-sample test (:mod:`.predict`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .fits import Fit, fit_levels, mean_stat, ols
-from .scaling_laws import ATTENTION_RESOLUTION, MIN_ATTENTION, FitRecord, grid_rows
+from .scaling_laws import ATTENTION_RESOLUTION, MIN_ATTENTION, FitRecord, flow_times, grid_rows
 from .settings import Settings
 from .stats import bootstrap_generator, t_interval
 
@@ -34,14 +35,15 @@ def boot_rss(fit: Fit, x: np.ndarray | None = None) -> np.ndarray:
     return ((fit.boot_y - intercept[:, None] - slope[:, None] * xs[None]) ** 2).sum(axis=1)
 
 
-def rest_at(c: pd.DataFrame, column: str, step: float) -> tuple[float, str]:
-    """(1 - value of ``column`` at ``step`` by log-log interpolation, why censored or '')."""
+def rest_at(c: pd.DataFrame, column: str, tau: float) -> tuple[float, str]:
+    """(1 - value of ``column`` at flow time ``tau`` by log-log interpolation, why censored or '');
+    ``c``: one seed's rows in step order."""
     if (c["status"] != "ok").any():
         return math.nan, "diverged"
-    steps = c["step"].to_numpy(float)
-    if step > steps[-1]:
-        return math.nan, f"step {step:g} beyond the run's last step {steps[-1]:g}"
-    rest = _interp_log(steps, 1 - c[column].to_numpy(float), step)
+    taus = flow_times(c)
+    if tau > taus[-1]:
+        return math.nan, f"flow time {tau:g} beyond the run's last {taus[-1]:g}"
+    rest = _interp_log(taus, 1 - c[column].to_numpy(float), tau)
     if not np.isfinite(rest):
         return math.nan, "not recorded"
     if rest < ATTENTION_RESOLUTION:
@@ -50,7 +52,7 @@ def rest_at(c: pd.DataFrame, column: str, step: float) -> tuple[float, str]:
 
 
 def concentration_fits(traj: pd.DataFrame, s: Settings) -> list[FitRecord]:
-    """1 - min over queries of S[j*, j] at steps kappa D^3, against D: exponential vs power law.
+    """1 - min over queries of S[j*, j] at flow time kappa D^3, against D: exponential vs power law.
 
     For each d and kappa two lines through the same level statistics (the seeds' mean of
     log(1 - min attention)): the theorem's exponential law (against D) and a power law (against
@@ -68,10 +70,10 @@ def concentration_fits(traj: pd.DataFrame, s: Settings) -> list[FitRecord]:
         for kappa in s.kappas:
             stats, seeds, pts = [], [], []
             for D in levels:
-                step = float(kappa) * D**3
+                tau = float(kappa) * D**3
                 vals, cens = [], []
                 for seed, c in g[g["D"] == D].sort_values("step").groupby("seed", sort=True):
-                    rest, why = rest_at(c.drop_duplicates("step", keep="last"), column, step)
+                    rest, why = rest_at(c.drop_duplicates("step", keep="last"), column, tau)
                     vals.append(math.log(rest) if not why else math.nan)
                     cens.append(bool(why))
                     pts.append(
@@ -82,7 +84,7 @@ def concentration_fits(traj: pd.DataFrame, s: Settings) -> list[FitRecord]:
                             "censored": cens[-1],
                             "seed": int(seed),
                             "reason": why,
-                            "step": step,
+                            "flow_time": tau,
                         }
                     )
                 stats.append(mean_stat(np.asarray(vals), np.asarray(cens)))
@@ -95,7 +97,7 @@ def concentration_fits(traj: pd.DataFrame, s: Settings) -> list[FitRecord]:
                 records.append(
                     FitRecord(
                         "attention_concentration",
-                        f"1 - {what} attention at {kappa:g} D^3 steps, {law} law",
+                        f"1 - {what} attention at flow time {kappa:g} D^3, {law} law",
                         {"d": int(d), "at": f"{kappa:g} D^3", "law": law},
                         "D" if law == "exponential" else "log D",
                         f"log(1 - {what} attention)",
@@ -161,7 +163,7 @@ def law_comparison(records: list[FitRecord]) -> list[dict]:
 
 
 def _interp_log(steps: np.ndarray, values: np.ndarray, at: float) -> float:
-    """log-log interpolation of a positive curve at step ``at`` (NaN outside the recorded range)."""
+    """log-log interpolation of a positive curve at time ``at`` (NaN outside the recorded range)."""
     if at < steps[0] or at > steps[-1]:
         return math.nan
     pos = steps > 0

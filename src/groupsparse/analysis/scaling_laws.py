@@ -1,15 +1,18 @@
 """Scaling laws (docs/STUDY.md sections 3 and 4): convergence time, attention concentration, sample complexity.
 
-* convergence time: the first step at which a seed's minimum over queries of S[j*, j] reaches
-  the theorem's target 1 - exp(-c D), its mean attention reaches 0.5 / 0.9 / 0.99, or its eval
-  loss falls under a target; log T on log D, descriptive rates (the bound's constant: :mod:`.bound`);
+* convergence time: the first gradient-flow time tau = eta x steps at which a seed's minimum over
+  queries of S[j*, j] reaches the theorem's target 1 - exp(-c D), its mean attention reaches
+  0.5 / 0.9 / 0.99, or its eval loss falls under a target; log tau on log D, descriptive rates (the
+  bound's constant: :mod:`.bound`);
 * sample complexity: in :mod:`.sample_complexity`;
-* attention concentration: log(1 - min attention) at steps kappa D^3, exponential law (against D)
-  vs power law (against log D);
+* attention concentration: log(1 - min attention) at flow time kappa D^3 against the laws in D
+  (:mod:`.concentration`, the out-of-sample test :mod:`.predict`);
 * batch as a measured factor, and the stability of the symmetric solution (:mod:`.claims`).
 
-Censored data are kept, not dropped: a seed that never reaches a threshold is recorded with
-its last step as a lower bound and ``censored = True``; a fit level with censored data is left
+Every D^3-scaled time is a flow time: runs at another step size (a step size that shrinks with D)
+compare in it, and at a fixed eta it is the steps times eta. Censored data are kept, not dropped: a
+seed that never reaches a threshold is recorded with its last step as a lower bound and
+``censored = True``; a fit level with censored data is left
 out of that fit and the fit's verdict becomes "inconclusive" (leaving it out would bias the
 slope, putting the bound in would too). The statistics live in :mod:`.stats`, the fits in :mod:`.fits`.
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..io.files import InputError
 from .fits import Fit, fit_levels, mean_stat
 from .inputs import require_columns
 from .settings import Settings
@@ -31,6 +35,33 @@ ATTENTION_RESOLUTION = 1e-6  # 1 - mass below this is under float32 resolution: 
 
 
 MIN_ATTENTION = "attention_min_on_relevant"  # min over queries of S[j*, j]: what the theorem bounds
+POOLED_MIN = "attention_min_pooled"  # population mode's estimate of it (training/recording.py)
+FLOW_TIME = "flow_time"  # tau = eta x steps, recorded by every run
+
+
+def flow_times(g: pd.DataFrame) -> np.ndarray:
+    """The flow times of a run's recorded rows (InputError for a table written before runs recorded them)."""
+    if FLOW_TIME not in g.columns:
+        raise InputError(
+            "trajectory table has no flow_time column (written before runs recorded their step size): "
+            "rerun its pretraining jobs"
+        )
+    return g[FLOW_TIME].to_numpy(float)
+
+
+def theorem_quantity(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:
+    """The trajectories with population-mode runs' min over queries read from their pooled estimate
+    (scaling.analysis.population_min: pooled), every other run's as recorded."""
+    if s.population_min != "pooled" or POOLED_MIN not in traj.columns or "algorithm" not in traj.columns:
+        return traj
+    pop = (traj["algorithm"] == "population").to_numpy() & np.isfinite(traj[POOLED_MIN].to_numpy(float))
+    if not pop.any():
+        return traj
+    traj = traj.copy()
+    traj.loc[pop, MIN_ATTENTION] = traj.loc[pop, POOLED_MIN]
+    return traj
+
+
 CROSSING_COLUMNS = [
     "run",
     "role",
@@ -43,6 +74,8 @@ CROSSING_COLUMNS = [
     "c",
     "threshold",
     "step",
+    "flow_time",
+    "eta",
     "censored",
     "reason",
     "last_step",
@@ -60,7 +93,8 @@ def crossing_times(
     loss_target: float | None = None,
     target_c=(),
 ) -> pd.DataFrame:
-    """Per (run, seed): steps until each target is first reached (:func:`.stats.first_crossing`).
+    """Per (run, seed): steps, and flow time eta x steps, until each target is first reached
+    (:func:`.stats.first_crossing`).
 
     Targets: the theorem's, min over queries of S[j*, j] >= 1 - exp(-c D) for each c in
     ``target_c`` (quantity ``attention_min_on_relevant``, column c); and the fixed, descriptive
@@ -79,6 +113,7 @@ def crossing_times(
         if MIN_ATTENTION in g.columns:
             goals += [(MIN_ATTENTION, float(c), theorem_target(float(c), D), "up") for c in target_c]
         steps = g["step"].to_numpy(dtype=float)
+        eta = float(flow_times(g)[-1] / steps[-1]) if steps[-1] > 0 else math.nan  # a run's one step size
         diverged = (g["status"] != "ok").any()
         div_step = int(g["diverged_step"].iloc[-1]) if "diverged_step" in g.columns else -1
         for quantity, c, thr, direction in goals:
@@ -101,6 +136,8 @@ def crossing_times(
                     "c": c,
                     "threshold": thr,
                     "step": float(t[0]),
+                    "flow_time": eta * float(t[0]),
+                    "eta": eta,
                     "censored": not bool(reached[0]) or at_start,
                     "reason": reason,
                     "last_step": float(steps[-1]),
@@ -163,7 +200,8 @@ GROUP_KEYS = ("d", "D", "method", "downstream", "quantity", "threshold", "c", "a
 
 
 def convergence_time_fits(crossings: pd.DataFrame, s: Settings) -> list[FitRecord]:
-    """log T against log D at fixed d, with intervals and local slopes, over the grid's own runs.
+    """log tau (the flow time eta x steps) against log D at fixed d, with intervals and local slopes,
+    over the grid's own runs (at a fixed eta the steps' slope).
 
     Every fit is a descriptive rate: for the theorem's targets (min over queries >= 1 - exp(-c D),
     one fit per c) T* = Theta(D^3) is a sufficient time, which a slope over a finite range cannot
@@ -178,7 +216,7 @@ def convergence_time_fits(crossings: pd.DataFrame, s: Settings) -> list[FitRecor
         stats, seeds = [], []
         for D in levels:
             h = g[g["D"] == D].sort_values("seed")
-            stats.append(mean_stat(np.log(h["step"].clip(lower=1e-12)), h["censored"]))
+            stats.append(mean_stat(np.log(h["flow_time"].clip(lower=1e-12)), h["censored"]))
             seeds.append(len(h))
         is_theorem = quantity == MIN_ATTENTION
         rng = bootstrap_generator(s.study_seed, "convergence_time", int(d), quantity, float(key))
@@ -194,7 +232,7 @@ def convergence_time_fits(crossings: pd.DataFrame, s: Settings) -> list[FitRecor
             {
                 "level": g["D"],
                 "x": np.log(g["D"].astype(float)),
-                "y": np.log(g["step"].clip(lower=1e-12)),
+                "y": np.log(g["flow_time"].clip(lower=1e-12)),
                 "censored": g["censored"],
                 "seed": g["seed"],
                 "reason": g["reason"],
@@ -207,11 +245,11 @@ def convergence_time_fits(crossings: pd.DataFrame, s: Settings) -> list[FitRecor
                 what,
                 group,
                 "log D",
-                "log steps",
+                "log flow time",
                 fit,
                 points,
                 None,
-                claim=f"rate (descriptive): steps until {what} (d = {d})",
+                claim=f"rate (descriptive): flow time eta x steps until {what} (d = {d})",
                 theory=(
                     "after T* = Theta(D^3) steps, S[j*, j] >= 1 - exp(-Theta(D)) for every query j: a sufficient "
                     "time with a hidden constant, so a measured rate neither confirms nor refutes it (the bound's "

@@ -24,10 +24,14 @@ class Settings:
     n_boot: int
     target_c: tuple[float, ...]  # the theorem's targets 1 - exp(-c D)
     target_c_post_hoc: bool  # the c values were chosen after seeing data
-    kappas: tuple[float, ...]  # concentration measured at steps kappa D^3
+    kappas: tuple[float, ...]  # concentration measured at flow time tau = eta x steps = kappa D^3
     fit_D_max: int  # the out-of-sample test fits on D <= this
     predict_D: tuple[int, ...]
     laws: tuple[str, ...]
+    law_criterion: str  # the out-of-sample test's criterion, one for every law
+    lack_of_fit_alpha: float  # a law failing lack of fit at this level cannot pass out of sample
+    population_min: str  # pooled | per_query: population-mode runs' min over queries
+    batch_tolerance: float  # the batch check's tolerance on the log scale
     min_power: float
     power_simulations: int
     n_star_form: str
@@ -55,6 +59,10 @@ class Settings:
                 "fit_D_max": int(a["fit_D_max"]),
                 "predict_D": tuple(int(x) for x in a["predict_D"]),
                 "laws": tuple(a["laws"]),
+                "law_criterion": str(a["law_criterion"]),
+                "lack_of_fit_alpha": float(a["lack_of_fit_alpha"]),
+                "population_min": str(a["population_min"]),
+                "batch_tolerance": float(a["batch_tolerance"]),
                 "min_power": float(a["min_power"]),
                 "power_simulations": int(a["power_simulations"]),
                 "n_star_form": str(a["n_star_form"]),

@@ -68,10 +68,11 @@ VERDICTS = (
     "undecided",  # consistent or holds, but the power against the named alternative is below min_power
     "inconclusive",
     "descriptive",
-    "one law: power",  # the out-of-sample test: which law's prediction interval holds the measurement
-    "one law: exponential",
-    "both laws",
-    "neither law",
+    # the pre-registered law test (analysis.predict): the law whose point predictions err least
+    *(f"{law} predicts best" for law in ("theorem", "power", "nested", "exponential")),
+    "no law passes",  # the closest law fails lack of fit on the fit levels
+    "batch suffices",  # the batch check: the two batches agree within the tolerance
+    "needs a larger batch",
 )  # see VERDICT_RULE
 
 VERDICT_RULE = (
@@ -90,8 +91,12 @@ VERDICT_RULE = (
     f"claim with a named alternative, states its power against that alternative (simulated at the study's "
     f"design with its measured standard error and degrees of freedom); below scaling.analysis.min_power it "
     f"reads 'undecided (power p)'. A verdict whose interval edge lies within scaling.analysis.machine_spread "
-    f"(relative) of the predicted value could flip on another machine: inconclusive. The out-of-sample test "
-    f"says which law's prediction interval holds the measured value: one law, both laws or neither law. "
+    f"(relative) of the predicted value could flip on another machine: inconclusive. The out-of-sample law test "
+    f"names the law whose point predictions (fitted on D <= fit_D_max) have the smallest sum of absolute log "
+    f"errors over the tested D, the same criterion for every law, fixed before the data; 'no law passes' when "
+    f"that law fails lack of fit on the fit levels. The batch check reads 'batch suffices' when the paired "
+    f"difference between two batches has its interval within +-batch_tolerance (log scale), 'needs a larger "
+    f"batch' when the interval lies outside it. "
     f"Rates and constants the theory does not bound are 'descriptive': a measured value with its interval, "
     f"no verdict."
 )

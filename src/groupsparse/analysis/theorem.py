@@ -19,7 +19,7 @@ from .stats import MIN_SEEDS, Prediction, fmt_values, mean_interval
 
 
 def concentration_claims(records: list[FitRecord], s: Settings) -> list[dict]:
-    """Per (d, kappa): does 1 - min attention at kappa D^3 steps fall exponentially in D?
+    """Per (d, kappa): does 1 - min attention at flow time kappa D^3 fall exponentially in D?
 
     Two rows: the law (exponential vs power, by :func:`.scaling_laws.law_comparison`'s criterion)
     and the direction (the exponential fit's slope below 0: concentration sharpens with D).
@@ -28,7 +28,7 @@ def concentration_claims(records: list[FitRecord], s: Settings) -> list[dict]:
     for c in law_comparison(records):
         fe = c["fit"]
         config = (
-            f"d = {c['d']}, steps {c['at']}; levels {'; '.join(fe.names)}; seeds per level {fmt_values(fe.seeds)}; "
+            f"d = {c['d']}, flow time {c['at']}; levels {'; '.join(fe.names)}; seeds per level {fmt_values(fe.seeds)}; "
             f"{c['label']}: exponential slope {c['exp_slope']:.3g} [{c['exp_low']:.3g}, {c['exp_high']:.3g}]"
             " per unit D, "
             f"power exponent {c['power_slope']:.3g} [{c['power_low']:.3g}, {c['power_high']:.3g}]; "
@@ -41,7 +41,7 @@ def concentration_claims(records: list[FitRecord], s: Settings) -> list[dict]:
             settings={"d": c["d"]},
         )
         law = claim_row(
-            f"1 - min attention at {c['at']} steps: curvature in D over the measured levels (d = {c['d']})",
+            f"1 - min attention at flow time {c['at']}: curvature in D over the measured levels (d = {c['d']})",
             "after T* ~ D^3 steps, 1 - S[j*, j] <= exp(-Theta(D)): log(1 - min attention) linear in D. "
             "RSS(power) - RSS(exponential) over the same level means (> 0: straighter against D)",
             Prediction("greater", 0.0),
@@ -59,7 +59,7 @@ def concentration_claims(records: list[FitRecord], s: Settings) -> list[dict]:
         rows.append(law)
         pred = Prediction("less", 0.0)
         row = claim_row(
-            f"1 - min attention at {c['at']} steps falls with D (d = {c['d']})",
+            f"1 - min attention at flow time {c['at']} falls with D (d = {c['d']})",
             "exp(-Theta(D)): slope of log(1 - min attention) on D below 0",
             pred,
             c["exp_slope"],

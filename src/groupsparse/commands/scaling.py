@@ -68,7 +68,6 @@ def read_named(specs: list[str], what: str):
 def run(args) -> int:
     from dataclasses import asdict
 
-    from ..analysis.bound import population_limits
     from ..analysis.claims import analyse
     from ..analysis.settings import Settings
     from ..analysis.stats import VERDICT_RULE
@@ -100,10 +99,7 @@ def run(args) -> int:
     if args.out_crossings:
         io.write_parquet(analysis.crossings, args.out_crossings, prov)
     scaling_figures.write_all(analysis, args.figures)
-    limits = population_limits(traj, analysis.crossings, settings) if len(analysis.crossings) else []
-    theorem_figures.write(
-        traj[traj["role"] == "scaling"], predictions, settings.kappas, args.figures, limits, settings.target_c
-    )
+    theorem_figures.write(traj[traj["role"] == "scaling"], predictions, settings, args.figures)
     counts = analysis.claims["verdict"].value_counts().to_dict()
     print(
         f"scaling: {len(analysis.fits)} fits, {len(analysis.claims)} claims {counts}, "

@@ -21,7 +21,7 @@ SCALING_FIGURES = (
     "convergence_time",
     "convergence_thresholds",
     "out_of_sample",
-    "population_limit",
+    "population_and_batch",
     "attention_concentration",
     "sample_complexity",
     "online_error",
