@@ -15,7 +15,8 @@ from test_theorem_claims import min_attention_runs
 
 from groupsparse import cli
 from groupsparse.analysis.claims import analyse
-from groupsparse.analysis.predict import PREDICTION_COLUMNS, criterion_power, design, law_prediction
+from groupsparse.analysis.laws import criterion_power, design, law_prediction
+from groupsparse.analysis.predict import PREDICTION_COLUMNS
 from groupsparse.analysis.settings import Settings
 from groupsparse.io import files as io
 

@@ -172,7 +172,7 @@ def batch_runs(shift):
     return pd.concat(frames, ignore_index=True)
 
 
-@pytest.mark.parametrize("shift, verdict", [(64.0, "needs a larger batch"), (1.0, "batch suffices")])
+@pytest.mark.parametrize("shift, verdict", [(64.0, "differs"), (1.0, "agrees")])
 def test_the_batch_check_says_whether_the_grids_batch_suffices(shift, verdict):
     """Steps scale by exp(shift / batch): against batch 512, batch 128's log flow time differs by
     shift (1/128 - 1/512), 0.375 (beyond the 0.05 tolerance) or 0.006 (within it)."""
@@ -181,7 +181,7 @@ def test_the_batch_check_says_whether_the_grids_batch_suffices(shift, verdict):
     rows = batch_claims(traj, crossing_times(traj, thresholds=(), target_c=(0.1,)), s)
     flow = [r for r in rows if "flow time until" in r["claim"]]
     assert len(flow) == 2  # batches 128 and 256 against the grid's 512
-    at128 = next(r for r in flow if "batch 128 minus batch 512" in r["claim"])
+    at128 = next(r for r in flow if "at batch 128, eta 1 minus at batch 512" in r["claim"])
     assert at128["measured"] == pytest.approx(shift * (1 / 128 - 1 / 512), abs=0.01)
     assert at128["verdict"] == verdict
 
@@ -263,6 +263,19 @@ def test_steps_per_d3_and_the_batch_check_expand_to_runs():
     assert check.spec["task_name"] == "scale_d4_D16"  # the grid run's tasks: a paired comparison
     assert check.spec["pretrain"]["steps"] == runs["scale_d4_D16"].spec["pretrain"]["steps"]
     assert not check.methods
+
+
+def test_a_step_size_check_runs_the_grid_at_a_scaled_eta_for_the_same_flow_time():
+    import yaml
+
+    from conftest import REPO
+
+    config = yaml.safe_load((REPO / "configs" / "population.yaml").read_text())
+    runs = expand(config)
+    grid, half = runs["scale_d10_D16"].spec["pretrain"], runs["scale_d10_D16_batch128_eta0p5"].spec["pretrain"]
+    assert runs["scale_d10_D16_batch128_eta0p5"].spec["variant"] == "batch128_eta0p5"
+    assert half["eta"] == pytest.approx(0.5 * min(0.5, 6 / 16)) and half.get("eta_D_limit") is None
+    assert half["steps"] * half["eta"] == pytest.approx(grid["steps"] * min(0.5, 6 / 16), rel=1e-3)
 
 
 def test_transfer_d_grid_limits_transfer_to_its_levels():

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from groupsparse.analysis.laws import design, law_prediction
 from groupsparse.analysis.power import simulated_power
-from groupsparse.analysis.predict import design, law_prediction
 from groupsparse.analysis.stats import Prediction, t_quantile
 
 REPS = 2000

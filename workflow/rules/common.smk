@@ -1,6 +1,5 @@
 # Helpers shared by the rules: config validation, the run table, file lists, resources.
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from groupsparse.io import files as io
 from groupsparse.io import report as report_text
 from groupsparse.io import tables as names
 from groupsparse.study import outputs, preflight, trust
+from groupsparse.study.runs import is_check_variant
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
@@ -325,7 +325,7 @@ def prediction_runs():
         r
         for r, run in RUNS.items()
         if run.role == "scaling"
-        and not re.fullmatch(r"batch\d+", run.spec["variant"])
+        and not is_check_variant(run.spec["variant"])
         and run.spec["task"]["D"] <= SCALING_FIT_D_MAX
     ]
 

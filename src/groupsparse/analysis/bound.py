@@ -22,6 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..study.runs import is_check_variant
 from .predict import rest_values
 from .rows import claim_row
 from .scaling_laws import MIN_ATTENTION, grid_rows
@@ -103,28 +104,32 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
 
 
 def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> pd.DataFrame:
-    """Per (d, D, batch, seed) of the grid and its batch check: the headline quantities, long format."""
+    """Per (d, D, variant, seed) of the grid and its batch check: the headline quantities, long format."""
     scaled = traj[traj["role"] == "scaling"]
     variants = scaled["variant"].fillna("").astype(str) if "variant" in scaled.columns else pd.Series("", scaled.index)
-    runs = scaled[variants.str.match(r"^(batch\d+)?$")]
+    runs = scaled[(variants == "") | variants.map(is_check_variant)].assign(variant=variants)
     if "batch" not in runs.columns or not len(runs):
         return pd.DataFrame()
+    columns = ["d", "D", "variant", "batch", "eta", "seed", "quantity", "value", "censored", "grid"]
     frames = []
-    for (variant, batch), g in runs.groupby(["variant", "batch"], sort=True):
+    for variant, g in runs.groupby("variant", sort=True):
         v = rest_values(g.assign(variant=""), s.kappas, s)
-        v = v.assign(batch=int(batch), quantity=[f"1 - min attention at flow time {k:g} D^3" for k in v["kappa"]])
-        v = v.assign(value=v["log_rest"], censored=~np.isfinite(v["log_rest"]), grid=not str(variant))
-        frames.append(v[["d", "D", "batch", "seed", "quantity", "value", "censored", "grid"]])
+        v = v.assign(variant=variant, quantity=[f"1 - min attention at flow time {k:g} D^3" for k in v["kappa"]])
+        v = v.assign(value=v["log_rest"], censored=~np.isfinite(v["log_rest"]), grid=not variant)
+        frames.append(v[columns])
     if len(crossings):
         c0 = min(s.target_c) if s.target_c else None
         cr = crossings[(crossings["role"] == "scaling") & (crossings["quantity"] == MIN_ATTENTION)]
-        cr = cr[cr["variant"].fillna("").astype(str).str.match(r"^(batch\d+)?$") & (cr["c"] == c0)]
+        v = cr["variant"].fillna("").astype(str)
+        cr = cr[((v == "") | v.map(is_check_variant)) & (cr["c"] == c0)]
         frames.append(
             pd.DataFrame(
                 {
                     "d": cr["d"],
                     "D": cr["D"],
+                    "variant": cr["variant"].fillna("").astype(str),
                     "batch": cr["batch"],
+                    "eta": cr["eta"],
                     "seed": cr["seed"],
                     "quantity": f"flow time until min attention >= 1 - exp(-{c0:g} D)",
                     "value": np.log(cr["flow_time"].to_numpy(float)),
@@ -136,8 +141,14 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _setting(h: pd.DataFrame) -> str:
+    eta = h["eta"].dropna()
+    return f"batch {int(h['batch'].iloc[0])}" + (f", eta {float(eta.iloc[0]):.4g}" if len(eta) else "")
+
+
 def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> list[dict]:
-    """Per (d, D), other batch and headline quantity: does the grid's batch suffice (paired by seed)?"""
+    """Per (d, D), check run and headline quantity: does the grid's value depend on its batch (or step
+    size)? Paired by seed, against the tolerance."""
     rows = []
     q = _batch_quantities(traj, crossings, s)
     if not len(q):
@@ -148,26 +159,28 @@ def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> li
         grid = g[g["grid"].astype(bool)]
         if not len(grid):
             continue
-        grid_b = int(grid["batch"].iloc[0])
-        for b, h in g[~g["grid"].astype(bool)].groupby("batch", sort=True):
+        here = _setting(grid)
+        for variant, h in g[~g["grid"].astype(bool)].groupby("variant", sort=True):
+            there = _setting(h)
             pair = h.set_index("seed")["value"].sub(grid.set_index("seed")["value"]).dropna()
             cens = bool(h["censored"].any() or grid["censored"].any())
             m, lo, hi = mean_interval(pair.to_numpy(float)) if len(pair) else (math.nan,) * 3
             blocker = (
-                "censored or diverged seeds"
+                "censored or diverged seeds, or beyond the check run's length"
                 if cens
-                else (f"{len(pair)} seed(s) at both batches, need {MIN_SEEDS}" if len(pair) < MIN_SEEDS else "")
+                else (f"{len(pair)} seed(s) in both runs, need {MIN_SEEDS}" if len(pair) < MIN_SEEDS else "")
             )
             row = claim_row(
-                f"batch check, {algorithm}: {what} at batch {int(b)} minus batch {grid_b} (d = {d}, D = {D})",
-                "the measurement must not depend on its batch (population mode estimates the population gradient)",
+                f"batch check, {algorithm}: {what} at {there} minus at {here} (d = {d}, D = {D})",
+                "the measurement must not depend on its batch or step size (population mode estimates the "
+                "population gradient; the step size approximates gradient flow)",
                 None,
                 m,
                 lo,
                 hi,
                 blocker,
-                f"d = {d}, D = {D}; log scale, paired by seed ({len(pair)} seeds), seeds' t interval; tolerance "
-                f"+-{tol:g} (scaling.analysis.batch_tolerance)",
+                f"d = {d}, D = {D}; runs {variant} against the grid; log scale, paired by seed ({len(pair)} seeds), "
+                f"seeds' t interval; tolerance +-{tol:g} (scaling.analysis.batch_tolerance)",
                 "batch_check",
                 int(len(pair)),
                 settings={"d": int(d), "D": int(D)},
@@ -175,10 +188,10 @@ def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> li
             if blocker:
                 row["verdict"], row["why"] = "inconclusive", blocker
             elif max(abs(lo), abs(hi)) <= tol:
-                row["verdict"], row["why"] = "batch suffices", f"batch {grid_b} agrees with {int(b)} within +-{tol:g}"
+                row["verdict"], row["why"] = "agrees", f"{here} gives the {there} value within +-{tol:g}: it suffices"
             elif (lo > tol) or (hi < -tol):
-                row["verdict"] = "needs a larger batch"
-                row["why"] = f"batch {grid_b} differs from {int(b)} by more than {tol:g}: use the batch-{int(b)} value"
+                row["verdict"] = "differs"
+                row["why"] = f"{here} differs from {there} by more than {tol:g}: {here} does not suffice here"
             else:
                 row["verdict"], row["why"] = "inconclusive", f"the interval straddles the tolerance {tol:g}"
             rows.append(row)

@@ -17,6 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..study.runs import is_check_variant
 from .concentration import rest_at
 from .power import add_power
 from .rows import claim_row
@@ -28,7 +29,7 @@ NEEDED = ("v1_norm", "v2_norm", "W_ff_norm", "W_fp_norm", "W_pf_norm", "W_pp_nor
 
 
 def _is_stability(variant: str) -> bool:
-    return variant != "" and not variant.startswith("batch")
+    return variant != "" and not is_check_variant(variant)
 
 
 def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:

@@ -71,8 +71,8 @@ VERDICTS = (
     # the pre-registered law test (analysis.predict): the law whose point predictions err least
     *(f"{law} predicts best" for law in ("theorem", "power", "nested", "exponential")),
     "no law passes",  # the closest law fails lack of fit on the fit levels
-    "batch suffices",  # the batch check: the two batches agree within the tolerance
-    "needs a larger batch",
+    "agrees",  # the batch check: another batch (or step size) gives the grid's value within the tolerance
+    "differs",
 )  # see VERDICT_RULE
 
 VERDICT_RULE = (
@@ -94,9 +94,9 @@ VERDICT_RULE = (
     f"(relative) of the predicted value could flip on another machine: inconclusive. The out-of-sample law test "
     f"names the law whose point predictions (fitted on D <= fit_D_max) have the smallest sum of absolute log "
     f"errors over the tested D, the same criterion for every law, fixed before the data; 'no law passes' when "
-    f"that law fails lack of fit on the fit levels. The batch check reads 'batch suffices' when the paired "
-    f"difference between two batches has its interval within +-batch_tolerance (log scale), 'needs a larger "
-    f"batch' when the interval lies outside it. "
+    f"that law fails lack of fit on the fit levels. The batch check reads 'agrees' when the paired difference "
+    f"from a run at another batch (or step size) has its interval within +-batch_tolerance (log scale), "
+    f"'differs' when the interval lies outside it. "
     f"Rates and constants the theory does not bound are 'descriptive': a measured value with its interval, "
     f"no verdict."
 )

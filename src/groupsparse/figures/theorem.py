@@ -15,7 +15,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..analysis.predict import GRID, design, rest_values
+from ..analysis.laws import design
+from ..analysis.predict import GRID, rest_values
 from ..analysis.scaling_laws import MIN_ATTENTION, theorem_quantity
 from ..analysis.stats import CONFIDENCE, mean_interval
 from . import empty_figure, panel_grid, save

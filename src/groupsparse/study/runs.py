@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,19 @@ from ..config.specs import ConfigError, RunSpec, TaskSpec
 from ..transfer.methods import method_names
 from ..transfer.spec import DEFAULTS as TRANSFER_DEFAULTS
 from ..transfer.spec import GRID_KEYS, check_transfer
+
+# The batch check's runs (scaling.batch_check): the grid's tasks at another batch, and optionally a
+# scaled step size. Their variant is batch<b>, or batch<b>_eta<factor> (0.5 -> 0p5); the analysis tells
+# them from the grid and the stability variants by this name alone.
+CHECK_VARIANT = re.compile(r"batch\d+(_eta[0-9p]+)?")
+
+
+def check_variant(batch: int, eta_factor: float | None = None) -> str:
+    return f"batch{batch}" + ("" if eta_factor in (None, 1) else f"_eta{f'{eta_factor:g}'.replace('.', 'p')}")
+
+
+def is_check_variant(variant: str | None) -> bool:
+    return bool(CHECK_VARIANT.fullmatch(variant or ""))
 
 
 @dataclass
@@ -191,13 +205,21 @@ def expand(config: dict, checked: bool = False) -> dict[str, Run]:
             stray = sorted(set(Ds) - set(scaling["D_grid"]))
             if stray:
                 raise ConfigError(f"{where}.D: {stray} not in scaling.D_grid {scaling['D_grid']}")
+            factor = check.get("eta_factor")
             for D in Ds:
                 for b in check["batches"]:
-                    name = f"scale_d{d}_D{D}_batch{b}"
+                    variant = check_variant(b, factor)
+                    name = f"scale_d{d}_D{D}_{variant}"
                     pre = _scaling_pretrain(config, scaling, D) | {"batch": b}
-                    if check.get("flow_time_per_D3"):
-                        flow = float(check["flow_time_per_D3"]) * D**3
-                        pre = _with_length(pre, math.ceil(flow / _step_size(config, pre, D)), scaling)
+                    flow = check.get("flow_time_per_D3") or scaling.get("flow_time_per_D3")
+                    if factor not in (None, 1):
+                        grid_eta = _step_size(config, pre, D)
+                        pre["eta"], pre["eta_D_limit"] = grid_eta * factor, None  # the grid's eta(D) x factor
+                        if not flow:  # the grid's length in steps at its eta: the same flow time at this one
+                            pre = _with_length(pre, math.ceil(pre["steps"] / factor), scaling)
+                    if flow:
+                        steps = math.ceil(float(flow) * D**3 / _step_size(config, pre, D))
+                        pre = _with_length(pre, steps, scaling)
                     entry = {
                         "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
                         "task": base | {"d": d, "D": D},
@@ -205,7 +227,7 @@ def expand(config: dict, checked: bool = False) -> dict[str, Run]:
                         "transfer": {"enabled": False},
                         "dtype": scaling.get("dtype"),
                     }
-                    runs[name] = _make_run(config, name, entry, "scaling", f"{where}.batches[{b}]", f"batch{b}")
+                    runs[name] = _make_run(config, name, entry, "scaling", f"{where}.batches[{b}]", variant)
         stability = scaling.get("stability")
         if stability:  # ordinary training (autograd, a perturbed start) at every D of the grid
             d = stability["d"]
