@@ -186,6 +186,20 @@ def test_the_batch_check_says_whether_the_grids_batch_suffices(shift, verdict):
     assert at128["verdict"] == verdict
 
 
+def test_the_by_D_table_puts_every_run_group_side_by_side():
+    from groupsparse.analysis.bound import BY_D_COLUMNS, by_D
+
+    traj = batch_runs(64.0)
+    s = SETTINGS.replace(target_c=(0.1,), kappas=(0.5,))
+    table = by_D(traj, crossing_times(traj, thresholds=(), target_c=(0.1,)), s)
+    assert list(table.columns) == BY_D_COLUMNS
+    flow = table[table["quantity"].str.startswith("flow time until")].set_index("group")
+    assert set(flow.index) == {"", "check:batch128", "check:batch256"}
+    # steps scale by exp(64 / batch): the table's geometric means keep that order, each inside its interval
+    assert flow.loc["check:batch128", "value"] > flow.loc["check:batch256", "value"] > flow.loc["", "value"]
+    assert ((table["low"] <= table["value"]) & (table["value"] <= table["high"])).all()
+
+
 def test_the_population_and_batch_figure_draws_every_run_of_a_D(tmp_path):
     from groupsparse.figures import theorem as theorem_figures
 

@@ -198,6 +198,50 @@ def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> li
     return rows
 
 
+BY_D_COLUMNS = ["group", "algorithm", "d", "D", "batch", "eta", "seeds", "quantity", "value", "low", "high", "censored"]
+
+
+def by_D(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> pd.DataFrame:
+    """Per scaling run group (grid, batch check, stability variant), d and D, side by side: the flow
+    time to each theorem target 1 - exp(-c D) and 1 - min attention at each flow time kappa D^3, the
+    geometric mean over seeds with the seeds' t interval (censored: a seed did not reach it, or the
+    run is not that long)."""
+    rows = []
+    values = rest_values(traj.assign(variant=traj["variant"].fillna("").astype(str)).pipe(_all_groups), s.kappas, s)
+    for (group, d, D, kappa), g in values.groupby(["group", "d", "D", "kappa"], sort=True):
+        y = g["log_rest"].to_numpy(float)
+        m, lo, hi = (math.exp(v) if np.isfinite(v) else math.nan for v in mean_interval(y))
+        rows.append(
+            [group, g["algorithm"].iloc[0], d, D, int(g["batch"].max()), float(g["eta"].iloc[0]), len(g),
+             f"1 - min attention at flow time {kappa:g} D^3", m, lo, hi, bool((~np.isfinite(y)).any())]
+        )  # fmt: skip
+    if len(crossings):
+        cr = crossings[(crossings["role"] == "scaling") & (crossings["quantity"] == MIN_ATTENTION)]
+        for (variant, d, D, c), g in cr.groupby([cr["variant"].fillna("").astype(str), "d", "D", "c"], sort=True):
+            with np.errstate(divide="ignore"):
+                logs = np.log(g["flow_time"].to_numpy(float))
+            m, lo, hi = (math.exp(v) if np.isfinite(v) else math.nan for v in mean_interval(logs))
+            algo = _run_algorithm(traj, variant, D)
+            group = f"check:{variant}" if is_check_variant(variant) else variant
+            rows.append(
+                [group, algo, d, D, int(g["batch"].max()), float(g["eta"].iloc[0]), len(g),
+                 f"flow time until min attention >= 1 - exp(-{c:g} D)", m, lo, hi, bool(g["censored"].any())]
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=BY_D_COLUMNS).sort_values(["quantity", "group", "d", "D"], ignore_index=True)
+
+
+def _all_groups(traj: pd.DataFrame) -> pd.DataFrame:
+    """Every scaling run its own group, the batch check's too (rest_values leaves those out): variant batch<b>
+    renamed check:batch<b>, which no group-matching rule recognises."""
+    v = traj["variant"]
+    return traj.assign(variant=np.where(v.map(is_check_variant), "check:" + v, v))
+
+
+def _run_algorithm(traj: pd.DataFrame, variant: str, D: int) -> str:
+    runs = traj[(traj["variant"].fillna("").astype(str) == variant) & (traj["D"] == D)]
+    return str(runs["algorithm"].iloc[0]) if "algorithm" in runs.columns and len(runs) else "batch"
+
+
 def _algorithm(traj: pd.DataFrame) -> str:
     grid = grid_rows(traj[traj["role"] == "scaling"])
     if "algorithm" not in grid.columns or not len(grid):

@@ -170,6 +170,7 @@ def predictions(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:
             p = law_prediction(law, Ds, Y, targets)
             for j, D in enumerate(targets):
                 y, h, hs = float(p["pred"][j]), float(p["half"][j]), float(p["half_seed"][j])
+                top = min(y + h, 0.0)  # r = 1 - attention is at most 1: the interval stays in its range
                 rows.append(
                     base
                     | {
@@ -177,13 +178,13 @@ def predictions(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:
                         "flow_time": float(kappa) * D**3,
                         "log_rest": y,
                         "log_low": y - h,
-                        "log_high": y + h,
+                        "log_high": top,
                         "rest": math.exp(y),
                         "rest_low": math.exp(y - h),
-                        "rest_high": math.exp(y + h),
+                        "rest_high": math.exp(top),
                         "dof": float(p["dof"][j]),
                         "rest_low_seed_only": math.exp(y - hs),
-                        "rest_high_seed_only": math.exp(y + hs),
+                        "rest_high_seed_only": math.exp(min(y + hs, 0.0)),
                         "dof_seed_only": float(p["dof_seed"][j]),
                         "coefficients": " ".join(f"{c:.6g}" for c in p["coef"]),
                         "rss": float(p["rss"]),
