@@ -8,6 +8,8 @@ from ._args import EXIT_DIVERGED, is_checked, load_spec_arg, parse_seeds, set_th
 
 
 def register(sub) -> None:
+    from ..config.schema import default_of
+
     p = sub.add_parser("pretrain", help="pretrain the paper's transformer for a chunk of seeds")
     p.add_argument(
         "--spec",
@@ -21,7 +23,12 @@ def register(sub) -> None:
     p.add_argument("--trajectory", required=True, help="output Parquet, one row per seed and recorded step")
     p.add_argument("--attention", required=True, help="output Parquet, mean attention matrix at checkpoints")
     p.add_argument("--resume-state", default=None, help="side file for resumable training (deleted when done)")
-    p.add_argument("--resume-every", type=int, default=500, help="steps between saved resume states")
+    p.add_argument(
+        "--resume-every",
+        type=int,
+        default=default_of("jobs.pretrain_resume_every"),
+        help="steps between saved resume states",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads (the job's thread count)")
     p.set_defaults(func=run)
 

@@ -18,8 +18,6 @@ from typing import Any
 
 from .errors import ConfigError
 
-# A run's role: a named task, a point of the scaling grid, or an ablation (a column of every table).
-ROLES = ("task", "scaling", "ablation")
 # What an error message may quote of a bad value: a YAML alias bomb must not be printed whole.
 MAX_SHOWN = 120
 SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"
@@ -51,9 +49,7 @@ def run_spec_schema() -> dict[str, Any]:
             "pretrain": {"$ref": "#/$defs/pretrain"},
             "dtype": top["dtype"],
             "device": top["device"],
-            "run_name": {"type": "string"},
-            "role": {"enum": list(ROLES)},
-            "variant": {"type": "string"},
+            **full["$defs"]["run_labels"]["properties"],
         },
         "required": ["study_seed", "task_name"],
         "additionalProperties": False,
@@ -79,6 +75,29 @@ def schema_defaults(definition: str | None = None, **given: Any) -> dict[str, An
     if given and when and all(key in given and given[key] == cond.get("const") for key, cond in when.items()):
         out |= of(sub["then"])
     return out
+
+
+def schema_property(key: str) -> dict[str, Any]:
+    """The schema of a dotted key of the study config (``jobs.pretrain_resume_every``, ``transfer.test_size``;
+    ``task.d``: a key of a ``$defs`` entry, here a task's), its ``$ref`` resolved; KeyError if no such key."""
+    full = study_schema()
+    first = key.split(".", 1)[0]
+    sub: dict[str, Any] = full if first in full["properties"] else {"properties": full["$defs"]}
+    for part in key.split("."):
+        while "$ref" in sub and "properties" not in sub:
+            sub = {**full["$defs"][sub["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in sub.items() if k != "$ref"}}
+        if part not in sub.get("properties", {}):
+            raise KeyError(f"{key}: not a key of the schema")
+        sub = sub["properties"][part]
+    return sub
+
+
+def default_of(key: str) -> Any:
+    """The schema's default of a dotted key (see schema_property); KeyError if it has none."""
+    prop = schema_property(key)
+    if "default" not in prop:
+        raise KeyError(f"{key}: the schema gives no default")
+    return copy.deepcopy(prop["default"])
 
 
 def check_study(config: Any) -> None:
@@ -217,8 +236,8 @@ OVERRIDE_DEFS = ("#/$defs/task", "#/$defs/model", "#/$defs/pretrain", "#/$defs/t
 
 def fill_defaults(config: dict[str, Any], schema: dict[str, Any]) -> None:
     """Fill in the schema's `default`s in place (the schema is the one place a default is written),
-    except inside override sections below the top level (see OVERRIDE_DEFS). Call on a config
-    that validates."""
+    except inside override sections below the top level (see OVERRIDE_DEFS) and those marked
+    ``x-filled: false`` (their readers take them from schema_defaults). Call on a config that validates."""
 
     def resolve(sub: dict[str, Any]) -> dict[str, Any]:
         while "$ref" in sub:
@@ -234,7 +253,7 @@ def fill_defaults(config: dict[str, Any], schema: dict[str, Any]) -> None:
         sub = resolve(sub)
         props = sub.get("properties") or {}
         for name, prop in props.items():
-            if name not in node and "default" in prop:
+            if name not in node and "default" in prop and prop.get("x-filled", True):
                 node[name] = copy.deepcopy(prop["default"])
             if name in node and not (depth > 0 and prop.get("$ref") in OVERRIDE_DEFS):
                 fill(node[name], prop, depth + 1)

@@ -32,6 +32,7 @@ _IMAGE_TASK = schema_defaults("task", kind="images")
 _MODEL = schema_defaults("model")
 _PRETRAIN = schema_defaults("pretrain")
 _TOP = schema_defaults()
+_LABELS = schema_defaults("run_labels")
 
 
 def require(cond: bool, key: str, msg: str) -> None:
@@ -268,9 +269,9 @@ class RunSpec:
     pretrain: PretrainSpec = field(default_factory=PretrainSpec)
     dtype: str = _TOP["dtype"]
     device: str = _TOP["device"]
-    run_name: str = ""  # the run (task, scaling point or ablation); defaults to task_name
-    role: str = "task"  # task | scaling | ablation: written to every table the run's jobs write
-    variant: str = ""  # the ablation variant's name ("none" for the ablations' baseline)
+    run_name: str = _LABELS["run_name"]  # the run (task, scaling point or ablation); empty: task_name
+    role: str = _LABELS["role"]  # task | scaling | ablation: written to every table the run's jobs write
+    variant: str = _LABELS["variant"]  # the ablation variant's name ("none" for the ablations' baseline)
 
     @property
     def run(self) -> str:

@@ -93,7 +93,6 @@ from .requests import (
     transfer_request,
 )
 from .work import (
-    DOWNSTREAM,
     DTYPE_BYTES,
     Fit,
     coefficients_of,
@@ -116,7 +115,6 @@ __all__ = [
     "COEFFS_PATH",
     "DEFAULT_DATA",
     "DEFAULT_MEM_LIMIT_MB",
-    "DOWNSTREAM",
     "DTYPE_BYTES",
     "FIT_TERMS",
     "GPU_ASSUMPTIONS",

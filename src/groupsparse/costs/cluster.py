@@ -17,9 +17,10 @@ reports any job that cannot fit even with one seed.
 
 from __future__ import annotations
 
+from ..config.schema import default_of
 from .requests import pretrain_request, run_key, transfer_request
 
-DEFAULT_MAX_RUNTIME_MIN = 1440  # 24 h: what most partitions accept
+DEFAULT_MAX_RUNTIME_MIN = default_of("jobs.max_runtime_min")  # 24 h: what most partitions accept
 
 
 def chunk_names(n_seeds: int, per_job: int) -> list[str]:

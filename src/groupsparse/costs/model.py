@@ -7,7 +7,6 @@ from pathlib import Path
 
 from ..transfer import methods as registry
 from .work import (
-    DOWNSTREAM,
     Fit,
     coefficients_of,
     describe_pretrain,
@@ -15,6 +14,8 @@ from .work import (
     fit_work,
     token_width,
     transfer_fits,
+    transfer_settings,
+    with_defaults,
 )
 
 COEFFS_PATH = Path(__file__).with_name("costs.yaml")
@@ -114,7 +115,7 @@ def pretrain_cost(spec: dict, seeds: int, device: str | None = None, threads: in
     f = describe_pretrain(spec, seeds, threads)
     cpu = pretrain_cpu_s(f, c)
     mem = pretrain_mem_mb(f, c)
-    device = device or spec.get("device", "cpu")
+    device = device or with_defaults(spec)["device"]
     if device == "cuda":
         g = GPU_ASSUMPTIONS
         wall = (
@@ -149,20 +150,20 @@ def transfer_parts(spec: dict, transfer: dict, methods, sizes, seeds: int) -> tu
     t = spec["task"]
     d, D = t["d"], t["D"]
     m = token_width(spec.get("model", {}), d, D)
-    hps = transfer.get("hyperparameters", {}) or {}
+    hps = transfer_settings(transfer).hyperparameters
     fits = transfer_fits(transfer, methods, sizes)
     total = sum(fit_seconds(f, seeds, d, D, m, hps.get(f.method)) for f in fits)
     gpu = 0.0
     g = GPU_ASSUMPTIONS
-    dtype = transfer.get("dtype", "float32")
+    settings = transfer_settings(transfer)
+    dtype = settings.dtype
     for f in fits:
         if _library(f.method) in CPU_LIBRARIES:  # scikit-learn / skglm: on the CPU whatever the device
             gpu += fit_seconds(f, seeds, d, D, m, hps.get(f.method))
         else:
             steps, train, ev = fit_work(f.method, f.n_train, f.n_eval, seeds, d, D, m, hps.get(f.method))
             gpu += steps * g["step_s"] + 2 * (3 * train + ev) / g["flops_per_s"][dtype]
-    n_down = len(transfer.get("downstream", DOWNSTREAM))
-    draws = seeds * n_down * (transfer.get("test_size", 10000) + sum(sizes)) * D * d
+    draws = seeds * len(settings.downstream) * (settings.test_size + sum(sizes)) * D * d
     return total, draws, any(_library(m) == "skglm" for m in methods), gpu
 
 
@@ -201,7 +202,7 @@ def transfer_cost(
     cpu = _transfer_job_s(c, fits_s, draws, gl)
     f = describe_transfer(spec, transfer, methods, sizes, seeds)
     mem = _transfer_mem_mb(c, f, methods)
-    device = device or spec.get("device", "cpu")
+    device = device or with_defaults(spec)["device"]
     if device == "cuda":
         wall = GPU_ASSUMPTIONS["startup_s"] + _transfer_job_s(c, gpu_fits, draws, gl) - c["transfer_job"]["j0_s"]
         return Cost(cpu, wall, mem, "cuda", measured=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ..config.schema import default_of
 from .model import (
     GPU_TIME_MARGIN,
     MEM_FLOOR_MB,
@@ -61,8 +62,8 @@ def run_key(run) -> str:
     return f"tasks.{run.name}"
 
 
-# A node most partitions offer; the workflow may pass its own (a config key) instead.
-DEFAULT_MEM_LIMIT_MB = 64_000
+# The schema's jobs.max_mem_mb: a node most partitions offer; the workflow passes the study's own.
+DEFAULT_MEM_LIMIT_MB = default_of("jobs.max_mem_mb")
 
 
 def check_memory(runs: dict, limit_mb: float | None = DEFAULT_MEM_LIMIT_MB, declared: dict | None = None) -> list[str]:

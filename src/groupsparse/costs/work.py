@@ -8,12 +8,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..config.schema import schema_defaults
 from ..model import kernel_flops
 from ..model.kernel_flops import SYMMETRIC_MIN_D
 from ..transfer import methods as registry  # torch-free: each method module declares its work
-from ..transfer.spec import DOWNSTREAM, TransferSpec
+from ..transfer.spec import TransferSpec
 
 DTYPE_BYTES = {"float32": 4, "float64": 8}
+_TOP, _TASK, _MODEL, _PRETRAIN = (schema_defaults(part) for part in (None, "task", "model", "pretrain"))
 N_LOG_STEPS = 40  # pretrain.N_LOG_STEPS (recording grid)
 
 
@@ -52,8 +54,21 @@ def record_count(steps: int, every: int, attention_checkpoints: int) -> int:
     return regular + len(extra) + len(att)
 
 
+def with_defaults(spec: dict) -> dict:
+    """A run spec dict (Run.spec, or the part of one a measured job's row gives) with the schema's
+    defaults where it gives none."""
+    return {
+        "dtype": _TOP["dtype"],
+        "device": _TOP["device"],
+        **spec,
+        "task": _TASK | spec["task"],
+        "model": _MODEL | spec.get("model", {}),
+        "pretrain": _PRETRAIN | spec.get("pretrain", {}),
+    }
+
+
 def token_width(model: dict, d: int, D: int) -> int:
-    return d + D if model.get("positions", "concat") == "concat" else d
+    return d + D if model.get("positions", _MODEL["positions"]) == "concat" else d
 
 
 def _path(spec: dict) -> str:
@@ -90,14 +105,15 @@ def pretrain_flops(path: str, S: int, L: int, d: int, D: int, m: int, T: int, B:
 
 def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     """The features of one pretraining job (a RunSpec dict, ``seeds`` seeds in the job)."""
-    t, p, model = spec["task"], spec["pretrain"], spec.get("model", {})
+    spec = with_defaults(spec)
+    t, p, model = spec["task"], spec["pretrain"], spec["model"]
     d, D = t["d"], t["D"]
-    m, L = token_width(model, d, D), model.get("layers", 1)
-    R = record_count(p["steps"], p["record_every"], p.get("attention_checkpoints", 6))
+    m, L = token_width(model, d, D), model["layers"]
+    R = record_count(p["steps"], p["record_every"], p["attention_checkpoints"])
     path = _path(spec)
     return {
         "job": "pretrain",
-        "kind": t.get("kind", "synthetic"),
+        "kind": t["kind"],
         "d": d,
         "D": D,
         "m": m,
@@ -107,7 +123,7 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
         "batch": p["batch"],
         "eval_size": p["eval_size"],
         "records": R,
-        "dtype": spec.get("dtype", "float32"),
+        "dtype": spec["dtype"],
         "path": path,
         "flops": pretrain_flops(path, seeds, L, d, D, m, p["steps"], p["batch"], R, p["eval_size"]),
         "draws": seeds * p["steps"] * p["batch"] * D * d,
@@ -116,7 +132,7 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
             seeds,
             threads,
             L,
-            DTYPE_BYTES[spec.get("dtype", "float32")],
+            DTYPE_BYTES[spec["dtype"]],
             p["batch"],
             p["eval_size"],
             d,
@@ -160,7 +176,7 @@ def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], 
     transfer spec's own folds(n): k folds below cv_large_n, one holdout split from it on). An
     online-SGD fit also scores its iterates on online_eval_size test samples (counted as evaluation;
     ``online=False`` for jobs measured before the online error was recorded)."""
-    spec = TransferSpec.from_dict({k: v for k, v in transfer.items() if k in TransferSpec.__dataclass_fields__})
+    spec = transfer_settings(transfer)
     online = online and not transfer.get("_measured_without_online_error", False)
     downstream = spec.downstream
     test = spec.test_size
@@ -179,11 +195,18 @@ def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], 
     return fits
 
 
+def transfer_settings(transfer: dict) -> TransferSpec:
+    """The settings of a transfer section (Run.transfer, or a measured job's row), the schema's defaults
+    where it gives none; keys of the cost model's own (a leading ``_``) are left out."""
+    return TransferSpec.from_dict({k: v for k, v in transfer.items() if k in TransferSpec.__dataclass_fields__})
+
+
 def describe_transfer(spec: dict, transfer: dict, methods: list[str], sizes: list[int], seeds: int) -> dict:
     t, model = spec["task"], spec.get("model", {})
     d, D = t["d"], t["D"]
     m = token_width(model, d, D)
-    test = transfer.get("test_size", 10000)
+    settings = transfer_settings(transfer)
+    test = settings.test_size
     return {
         "job": "transfer",
         "d": d,
@@ -194,9 +217,9 @@ def describe_transfer(spec: dict, transfer: dict, methods: list[str], sizes: lis
         "sizes": ",".join(map(str, sizes)),
         "max_n": max(sizes),
         "test_size": test,
-        "downstream": ",".join(transfer.get("downstream", DOWNSTREAM)),
-        "selection": transfer.get("selection", "fixed"),
-        "cv_folds": transfer.get("cv_folds", 3),
+        "downstream": ",".join(settings.downstream),
+        "selection": settings.selection,
+        "cv_folds": settings.cv_folds,
         "fits": len(transfer_fits(transfer, methods, sizes)),
         "x_bytes": seeds * (test + max(sizes)) * D * d * 8,
         "z_bytes": seeds * (test + max(sizes)) * D * m * 8 * any(registry.method(x).online for x in methods),

@@ -248,7 +248,7 @@ def _check_study(config, schema, config_files, results) -> dict:
     from ..costs import check_memory  # the fitted cost model: absurd sizes stop here, not in a job
 
     jobs = config["jobs"]
-    problems = check_memory(runs, limit_mb=jobs.get("max_mem_mb"))
+    problems = check_memory(runs, limit_mb=jobs["max_mem_mb"])
     if problems:
         raise StudyRefused(f"cannot run the study: {problems[0]} (jobs.max_mem_mb)")
     from ..costs import fit_chunks  # seed chunks small enough for jobs.max_runtime_min (same numbers)
@@ -258,7 +258,7 @@ def _check_study(config, schema, config_files, results) -> dict:
         config["device"],
         jobs["pretrain_threads"],
         jobs["transfer_threads"],
-        jobs.get("max_runtime_min"),
+        jobs["max_runtime_min"],
     )
     if problems:
         raise StudyRefused(f"cannot run the study: {problems[0]}")

@@ -17,6 +17,7 @@ from typing import Any
 from ..config.schema import check_study, fill_defaults, study_schema
 from ..config.specs import ConfigError, RunSpec, TaskSpec
 from ..transfer.methods import method_names
+from ..transfer.spec import DEFAULTS as TRANSFER_DEFAULTS
 from ..transfer.spec import GRID_KEYS, check_transfer
 
 
@@ -90,9 +91,9 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
     tr = deep_merge(config.get("transfer", {}), entry.get("transfer"))
     if "method_groups" in (entry.get("transfer") or {}):  # a run's own grouping replaces the study's
         tr["method_groups"] = copy.deepcopy(entry["transfer"]["method_groups"])
-    if tr.get("enabled", True) and tr.get("methods"):
+    if tr.get("enabled", TRANSFER_DEFAULTS["enabled"]) and tr.get("methods"):
         run.methods = list(tr["methods"])
-        run.sizes = [int(n) for n in tr["sizes"]]
+        run.sizes = [int(n) for n in tr.get("sizes", TRANSFER_DEFAULTS["sizes"])]
         groups = tr.get("method_groups") or {"all": run.methods}
         known = method_names()
         bad = [m for m in run.methods if m not in known]

@@ -15,38 +15,36 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config.schema import schema_defaults, section_problem
+from ..config.schema import schema_defaults, section_problem, study_schema
 from ..config.specs import ConfigError, config_hash, require, require_one_of
 from .methods import method as method_info
 from .methods import method_names
 
-DOWNSTREAM = ("transfer", "negative_control")
-SELECTIONS = ("fixed", "cv")
-DEFAULT_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+# Every default of the transfer section: the schema's (several marked x-filled: false, read here only).
+DEFAULTS = schema_defaults("transfer")
+DOWNSTREAM = tuple(study_schema()["$defs"]["transfer"]["properties"]["downstream"]["items"]["enum"])
+DEFAULT_SIZES = tuple(DEFAULTS["sizes"])
 # Keys of a transfer section that plan the jobs (which methods, groups and sizes), not their settings.
 GRID_KEYS = ("enabled", "methods", "sizes", "method_groups")
-# The schema's defaults of the transfer section (the rest below have none there: their absence from
-# a spec file is part of its hash, so a default added to the schema would rename every transfer spec).
-_SCHEMA = schema_defaults("transfer")
 
 
 @dataclass(frozen=True)
 class TransferSpec:
-    max_n: int = 65536  # largest sample size a job accepts
-    test_size: int = 10000  # fresh test samples per (task, seed), shared by all methods and n
-    downstream: tuple = DOWNSTREAM  # which downstream tasks to run
-    control_methods: tuple | None = None  # methods also fitted on negative_control (None: every method)
-    angle_deg: float | None = None  # None: v~* a fresh uniform unit vector; else at this angle to v*
-    sigma_x: float | None = None  # None: the pretraining task's sigma_x
-    selection: str = _SCHEMA["selection"]  # hyperparameter rule: cv (k-fold CV on the n samples) | fixed
-    cv_folds: int = _SCHEMA["cv_folds"]  # k; reduced to floor(n / 2) when n < 2k (runner._select)
-    cv_large_n: int = _SCHEMA["cv_large_n"]  # from this n on: one holdout split instead of k fits (cost)
-    cv_holdout_folds: int = _SCHEMA["cv_holdout_folds"]  # ... validating on 1/k of the samples (1/2: 50/50)
-    online_eval_size: int = _SCHEMA["online_eval_size"]  # test samples scoring each online iterate
-    online_points: int = _SCHEMA["online_points"]  # iterates scored per online-SGD fit (log-spaced above)
+    max_n: int = DEFAULTS["max_n"]  # largest sample size a job accepts
+    test_size: int = DEFAULTS["test_size"]  # fresh test samples per (task, seed), shared by all methods and n
+    downstream: tuple = tuple(DEFAULTS["downstream"])  # which downstream tasks to run
+    control_methods: tuple | None = DEFAULTS["control_methods"]  # also fitted on negative_control (None: every method)
+    angle_deg: float | None = DEFAULTS["angle_deg"]  # None: v~* a fresh uniform unit vector; else at this angle to v*
+    sigma_x: float | None = DEFAULTS["sigma_x"]  # None: the pretraining task's sigma_x
+    selection: str = DEFAULTS["selection"]  # hyperparameter rule: cv (k-fold CV on the n samples) | fixed
+    cv_folds: int = DEFAULTS["cv_folds"]  # k; reduced to floor(n / 2) when n < 2k (runner._select)
+    cv_large_n: int = DEFAULTS["cv_large_n"]  # from this n on: one holdout split instead of k fits (cost)
+    cv_holdout_folds: int = DEFAULTS["cv_holdout_folds"]  # ... validating on 1/k of the samples (1/2: 50/50)
+    online_eval_size: int = DEFAULTS["online_eval_size"]  # test samples scoring each online iterate
+    online_points: int = DEFAULTS["online_points"]  # iterates scored per online-SGD fit (log-spaced above)
     hyperparameters: dict = field(default_factory=dict)  # method -> {key: value}, overrides the defaults
     grids: dict = field(default_factory=dict)  # method -> {key: [values]}, replaces the cv grid
-    dtype: str = "float32"  # torch methods (the checkpoint is cast to it)
+    dtype: str = DEFAULTS["dtype"]  # torch methods (the checkpoint is cast to it)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> TransferSpec:
