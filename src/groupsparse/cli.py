@@ -1,10 +1,12 @@
 """groupsparse: the commands behind the study's Snakemake workflow, and tools to read its results.
 
 Each workflow rule calls one subcommand (pretrain, transfer, check-tables, aggregate, plot,
-scaling, image-figures, fetch); the others are for people: `review` (a finished study's answers),
-`status` (how far a running study is, time left), `estimate` (how long a study will take),
-`calibrate` (the cost model against this machine), `summary` (print a result table), `snapshot`
-(docs/results.md). Run a study with `snakemake --cores all`; see README.md.
+predict, scaling, image-figures, fetch); the others are for people: `review` (a finished study's
+answers), `status` (how far a running study is, time left), `estimate` (how long a study will take),
+`calibrate` (the cost model against this machine), `summary` (print a result table),
+`check-predictions` (the theorem test's predictions against runs made outside the study),
+`snapshot` (docs/results.md), `choices` (docs/STUDY.md's table of choices). Run a study with
+`snakemake --cores all`; see README.md.
 """
 
 # Heavy imports (torch, sklearn) happen inside the subcommands so that --help is fast.
@@ -31,6 +33,7 @@ COMMANDS = (
     "check_predictions",
     "image_figures",
     "snapshot",
+    "choices",
     "status",
     "estimate",
     "fetch",
