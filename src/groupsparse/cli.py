@@ -1,6 +1,6 @@
 """groupsparse: the commands behind the study's Snakemake workflow, and tools to read its results.
 
-Each workflow rule calls one subcommand (pretrain, transfer, check-tables, aggregate, plot,
+Each workflow rule calls one subcommand (write-spec, pretrain, transfer, check-tables, aggregate, plot,
 predict, scaling, image-figures, fetch); the others are for people: `review` (a finished study's
 answers), `status` (how far a running study is, time left), `estimate` (how long a study will take),
 `calibrate` (the cost model against this machine), `summary` (print a result table),
@@ -22,6 +22,7 @@ from .commands._args import EXIT_CONFIG, EXIT_DIVERGED, EXIT_INPUT, set_threads 
 
 # Each module in groupsparse.commands has register(subparsers) adding its subcommand.
 COMMANDS = (
+    "write_spec",
     "pretrain",
     "transfer",
     "check_tables",

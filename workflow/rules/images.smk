@@ -3,9 +3,9 @@
 
 rule image_figures:
     input:
-        checkpoint=lambda w: checkpoint_path(w.run, RUNS[w.run].chunks[0]),
-        attention=f"{R}/tables/pretrain_attention.parquet",
-        spec=lambda w: pretrain_spec_file(w.run),
+        checkpoint=lambda w: checkpoint_of(w.run, RUNS[w.run].chunks[0]),
+        attention=rules.aggregate.output.attention,
+        spec=lambda w: spec_input(pretrain_spec_file(w.run)),
     output:
         attention=report(
             f"{R}/figures/{{run}}/image_attention.png",

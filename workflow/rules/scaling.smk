@@ -11,7 +11,7 @@ localrules:
 rule predict:
     input:
         trajectories=prediction_inputs,
-        spec=scaling_spec_file(),
+        spec=spec_input(scaling_spec_file()),
     output:
         predictions=f"{R}/tables/predictions.parquet",
         predictions_csv=report(
@@ -36,10 +36,10 @@ rule predict:
 
 rule scaling:
     input:
-        trajectories=f"{R}/tables/pretrain_trajectories.parquet",
-        transfer=transfer_table_files()[:1],
-        spec=scaling_spec_file(),
-        predictions=f"{R}/tables/predictions.parquet",
+        trajectories=rules.aggregate.output.trajectories,
+        transfer=rules.aggregate.output.transfer_tables[:1],
+        spec=spec_input(scaling_spec_file()),
+        predictions=rules.predict.output.predictions,
     output:
         claims=f"{R}/tables/claims.parquet",
         claims_csv=report(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._args import EXIT_DIVERGED, is_checked, load_spec_arg, parse_seeds, set_threads
+from ._args import EXIT_DIVERGED, load_spec_arg, parse_seeds, set_threads
 
 
 def register(sub) -> None:
@@ -36,9 +36,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..config.specs import RunSpec
 
-    # the workflow's spec files passed the parse-time check (study.trust); any other is validated
-    # here, before importing torch: a bad setting fails in a fraction of a second
-    spec = RunSpec.from_dict(args.spec, checked=is_checked(args.spec))
+    # validated whoever wrote the file, before torch is imported: a bad setting fails in milliseconds
+    spec = RunSpec.from_dict(args.spec)
     from ..io import files as io
     from ..io.progress import Progress
     from ..training.pretrain import DIVERGE_FACTOR, DIVERGE_PATIENCE, Trainer, checkpoint_payload

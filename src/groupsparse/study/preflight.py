@@ -283,20 +283,17 @@ def _shown_paths(config_files) -> list[str]:
     return [shown(p) for p in config_files]
 
 
-def record_owner(results: str | os.PathLike, config_files=()) -> None:
-    """Record, once, which config files own ``results`` (after every parse-time check passed)."""
+def owner_record(config_files=()) -> str:
+    """What results/<study>/study_config.json holds: which config files own the folder (written by
+    the workflow's first job, rule results_owner, once every parse-time check has passed)."""
     import json
 
-    from ..io.files import write_text_atomic
-
-    owner = Path(results) / OWNER_FILE
-    if not owner.exists():
-        write_text_atomic(owner, json.dumps({"config_files": _shown_paths(config_files)}, indent=1) + "\n")
+    return json.dumps({"config_files": _shown_paths(config_files)}, indent=1) + "\n"
 
 
 def results_owner_problem(results: str | os.PathLike, config_files=()) -> str | None:
     """None if ``results`` belongs to these config files (recorded in results/<study>/study_config.json
-    on first use by :func:`record_owner`), else why not: a copied config that kept its study_name
+    by the study's first job: :func:`owner_record`), else why not: a copied config that kept its study_name
     must never silently replace another config's results. Editing a setting in the same file is fine."""
     import json
 

@@ -136,12 +136,12 @@ def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:
 
 
 def expand(config: dict, checked: bool = False) -> dict[str, Run]:
-    """All pretraining runs of the study, by name (validated: the schema unless ``checked`` (by
-    study.preflight, the Snakefile's one check), its defaults filled in ``config`` in place, then
-    the cross-field rules)."""
+    """All pretraining runs of the study, by name, after the cross-field rules. ``checked``: ``config``
+    passed the schema and holds its defaults (study.preflight.check_study, the Snakefile's one check);
+    else both are done here, the defaults filled in ``config`` in place."""
     if not checked:
         check_study(config)
-    fill_defaults(config, study_schema())
+        fill_defaults(config, study_schema())
     runs: dict[str, Run] = {}
     tasks = config["tasks"]
     for name, entry in tasks.items():
