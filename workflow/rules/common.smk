@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from groupsparse import costs  # noqa: E402  (torch-free
 from groupsparse.config.schema import study_schema
 from groupsparse.costs import calibrate  # torch-free: its probe runs in a subprocess
+from groupsparse.data import kinds
 from groupsparse.io import files as io
 from groupsparse.io import report as report_text
 from groupsparse.io import tables as names
@@ -128,9 +129,13 @@ def _study_jobs():
         "aggregate": [{}],
         "figures": [{"run": r} for r in named],
         "transfer_figure": [{"run": r} for r in named if RUNS[r].transfer is not None],
-        "image_figures": [{"run": r} for r in named if is_image_run(r)],
         "predict": [{}] if scaling_enabled() else [],
         "scaling": [{}] if scaling_enabled() else [],
+    } | {  # the task kinds' own figure rules (data.kinds: image_figures), one job per named run
+        figure_rule: [
+            {"run": r} for r in named if figure_rule in kind_of_run(r).figure_rules
+        ]
+        for figure_rule in KIND_FIGURE_RULES
     }
 
 
@@ -206,8 +211,13 @@ def as_report_table(path):
     return report(path, caption=caption, category="Tables")
 
 
-def is_image_run(run):
-    return RUNS[run].spec["task"]["kind"] == "images"
+def kind_of_run(run):
+    return kinds.kind_of(RUNS[run].spec["task"])
+
+
+KIND_FIGURE_RULES = tuple(
+    dict.fromkeys(rule for kind in kinds.KINDS.values() for rule in kind.figure_rules)
+)
 
 
 def figure_runs():
@@ -218,35 +228,21 @@ def figure_runs():
 
 def final_outputs():
     """The default target (`all`): the tables, the figures, the claims."""
-    rules_ = (
+    finals = (
         "aggregate",
         "figures",
         "transfer_figure",
-        "image_figures",
+        *KIND_FIGURE_RULES,
         "predict",
         "scaling",
     )
-    return [f for rule in rules_ for f in outputs_of(rule)]
+    return [f for rule in finals for f in outputs_of(rule)]
 
 
-# CIFAR-10 runs read their task.path folder, fetched by the fetch_cifar10 job (images.smk) if missing.
-def cifar_folders():
-    from groupsparse.data.cifar import data_folder
-
-    return {
-        r: str(data_folder(run.spec["task"]["path"]))
-        for r, run in RUNS.items()
-        if run.spec["task"].get("kind") == "images"
-        and run.spec["task"].get("dataset") == "cifar10"
-    }
-
-
+# The folders a run reads, by its task kind (data.kinds): CIFAR-10 runs read their task.path folder,
+# fetched by the fetch_cifar10 job (images.smk) if missing.
 def data_inputs(run):
-    folder = cifar_folders().get(run)
-    return [folder] if folder else []
-
-
-CIFAR_FETCH = sorted(set(cifar_folders().values()))
+    return kind_of_run(run).data_folders(RUNS[run].spec["task"])
 
 
 def rerun_command(options=""):

@@ -25,12 +25,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from ..config.specs import ConfigError, RunSpec
+    from ..config.specs import ConfigError, ImageTaskSpec, RunSpec
     from ..figures.images import attention_figure, describe, examples_figure
     from ..io import files as io
 
     spec = RunSpec.from_dict(args.spec)
-    if spec.task.kind != "images":
+    if not isinstance(spec.task, ImageTaskSpec):
         raise ConfigError(f"task.kind: image-figures needs an image task, got {spec.task.kind!r}")
     if args.examples < 1:
         raise ConfigError(f"--examples: must be >= 1, got {args.examples}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.kinds import kind_of
 from ..transfer import methods as registry
 from .work import (
     Fit,
@@ -103,7 +104,7 @@ def pretrain_mem_mb(f: dict, c: dict) -> float:
     p = c["pretrain"]
     return (
         p["m0_mb"]
-        + p["m_images_mb"] * (f["kind"] == "images")
+        + p["m_dataset_mb"] * kind_of(f["kind"]).loads_dataset
         + p["m_persistent"] * f["persistent_bytes"] / 2**20
         + p["m_transient"] * f["transient_bytes"] / 2**20
     )

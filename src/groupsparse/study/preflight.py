@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import fill_defaults, one_line, schema_problem, shown
-from ..data.cifar import cifar_folder_problem
+from ..data.kinds import kind_of
 
 # Nodes a config may hold once YAML aliases are expanded (the default study has about 400).
 MAX_CONFIG_NODES = 100_000
@@ -95,14 +95,13 @@ def config_file_problem(path: str | os.PathLike) -> str | None:
 
 
 def input_problems(runs: dict[str, Any], where_of) -> list[str]:
-    """Input files the study reads but cannot find (CIFAR-10 batches)."""
+    """Input files the study reads but cannot find (its task kinds' data: CIFAR-10 batches)."""
     problems = []
     for name, run in runs.items():
         task = run.spec["task"]
-        if task.get("kind") == "images" and task.get("dataset") == "cifar10":
-            problem = cifar_folder_problem(task["path"], f"{where_of(name)}.task.path", fetchable=True)
-            if problem and problem not in problems:
-                problems.append(problem)
+        problem = kind_of(task).input_problem(task, f"{where_of(name)}.task")
+        if problem and problem not in problems:
+            problems.append(problem)
     return problems
 
 
