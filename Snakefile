@@ -52,7 +52,7 @@ onerror:
     print(report_text.end_line(R, log, rerun_command()), file=sys.stderr)
 
 
-# Every rule is defined now: each report() caption must exist, for every config, and each path the
+# By here every rule is defined: each report() caption must exist, for every config, and each path the
 # study writes must be absent or of the right type.
 check_report_captions()
 check_written_paths()

@@ -131,7 +131,7 @@ def test_commands_never_import_cli():
     assert not [m for m in graph if m.startswith("groupsparse.commands") and "groupsparse.cli" in graph[m]]
 
 
-# Private names another module still uses, each with the reason it is allowed for now.
+# Private names another module still uses, each with the reason it is allowed.
 PRIVATE_USES_ALLOWED = {
     # model/ is being rebuilt around one kernel dispatch (issue 31, item 2), which makes the scores public
     ("groupsparse.transfer.paper_model", "groupsparse.model.transformer", "_scores"),
@@ -220,7 +220,7 @@ def test_no_module_over_about_400_lines():
 
 
 def test_every_test_file_the_docs_and_scripts_name_exists():
-    """A path like tests/unit/test_x.py in the README, the study, the code, the benchmarks or .ci must exist
+    """A path like tests/unit/test_<name>.py in the README, the study, the code, the benchmarks or .ci must exist
     (the GPU script once ran tests from paths removed by a re-layout)."""
     repo = PACKAGE.parents[1]
     sources = [repo / "README.md", repo / "docs" / "STUDY.md", repo / ".ci" / "run", *(repo / "benchmarks").glob("*")]

@@ -411,7 +411,7 @@ def test_cli_refuses_and_writes_nothing(checkpoint, tmp_path, capsys, change, co
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
-# -- the tuning rule (issue 13) -------------------------------------------------------------
+# -- the tuning rule ----------------------------------------------------------------
 
 
 def test_cv_defaults_and_the_schema_agree():

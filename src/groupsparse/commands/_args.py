@@ -1,4 +1,5 @@
-"""Argument helpers and exit codes shared by the subcommands (kept out of cli.py so that no command imports it)."""
+"""Argument helpers and exit codes shared by the subcommands (kept out of ``groupsparse.cli``, which
+no command imports)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ MEM_FLOOR_MB = 256
 GPU_NOTE = "estimate (no GPU measurement)"
 # Assumed sustained throughput of a data-centre GPU on these small batched GEMMs (well below
 # peak) and the cost of one python-level step (a few kernel launches); stated, not measured.
-# A pretraining step runs a few hundred small kernels per seed (fastpath.py), ~7 us each to launch;
+# A pretraining step runs a few hundred small kernels per seed (model/fastpath.py), ~7 us each to launch;
 # a transfer step (one SGD sample, one minibatch) a few dozen.
 GPU_ASSUMPTIONS = {
     "flops_per_s": {"float32": 5e12, "float64": 2e12},

@@ -82,7 +82,7 @@ def _path(spec: dict) -> str:
         return "autograd"
     if pre.get("sampling", "antithetic") != "antithetic":
         return "iid"
-    # from the zero start a run stays on the symmetric subspace: symmetric.py's kernel from SYMMETRIC_MIN_D on
+    # from the zero start a run stays on the symmetric subspace: model/symmetric.py's kernel from SYMMETRIC_MIN_D on
     # (float32 on a CPU: its per-sample loops, another cost per FLOP than its torch form)
     on_subspace = model.get("init", "zero") == "zero" and spec["task"]["D"] >= SYMMETRIC_MIN_D
     if not on_subspace or spec["task"].get("kind", "synthetic") != "synthetic":

@@ -81,8 +81,8 @@ class GroupSparseTask:
         m = n // 2 if antithetic else n
         rel = self.relevant.to(gen.device)
         if dtype == torch.float64:
-            # float64: the samples of earlier versions, bit for bit (drawn sample by sample, then
-            # laid out), so the study's float64 results (scaling grid, ablations) stand as they were
+            # float64: drawn sample by sample, then laid out, so a float64 run (the scaling grid, the
+            # ablations) draws the very samples its recorded tables were made from
             Xs = _draw_features(spec, m, gen, dtype, inner=False)
             clean = torch.sign(torch.einsum("bkd,kd->b", Xs[:, rel, :], self.directions.to(Xs.device)))
             X = Xs.permute(2, 1, 0).contiguous()

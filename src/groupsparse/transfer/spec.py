@@ -92,7 +92,7 @@ class TransferSpec:
         d = asdict(self)
         d["downstream"] = list(self.downstream)
         if self.control_methods is None:
-            del d["control_methods"]  # absent = every method: specs written before the key keep their hash
+            del d["control_methods"]  # absent = every method: a spec that leaves the key out keeps its hash
         else:
             d["control_methods"] = list(self.control_methods)
         return d
