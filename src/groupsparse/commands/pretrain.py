@@ -23,12 +23,8 @@ def register(sub) -> None:
     p.add_argument("--trajectory", required=True, help="output Parquet, one row per seed and recorded step")
     p.add_argument("--attention", required=True, help="output Parquet, mean attention matrix at checkpoints")
     p.add_argument("--resume-state", default=None, help="side file for resumable training (deleted when done)")
-    p.add_argument(
-        "--resume-every",
-        type=int,
-        default=default_of("jobs.pretrain_resume_every"),
-        help="steps between saved resume states",
-    )
+    every = default_of("jobs.pretrain_resume_every")  # the schema's, as for the workflow's jobs
+    p.add_argument("--resume-every", type=int, default=every, help="steps between saved resume states")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the job's thread count)")
     p.set_defaults(func=run)
 
