@@ -13,6 +13,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/study.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/transfer.smk"
 include: "workflow/rules/aggregate.smk"
@@ -23,11 +24,7 @@ include: "workflow/rules/images.smk"
 rule all:
     default_target: True
     input:
-        f"{R}/tables/pretrain_trajectories.parquet",
-        f"{R}/provenance.json",
-        figure_files(),
-        transfer_table_files(),
-        scaling_outputs(),
+        final_outputs(),
 
 
 # One line at each end: where the results are, or what finished and how to resume. The whole-study
@@ -55,5 +52,7 @@ onerror:
     print(report_text.end_line(R, log, rerun_command()), file=sys.stderr)
 
 
-# Every rule is defined now: each report() caption must exist, for every config.
+# By here every rule is defined: each report() caption must exist, for every config, and each path the
+# study writes must be absent or of the right type.
 check_report_captions()
+check_written_paths()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Expected CPU-hours of the pretraining in each shipped config, from step costs measured here (issue 18).
+"""Expected CPU-hours of the pretraining in each shipped config, from step costs measured here.
 
     python benchmarks/config_hours.py                          # config.yaml and configs/*.yaml
     python benchmarks/config_hours.py configs/scaling.yaml --markdown hours.md

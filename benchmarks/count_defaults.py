@@ -7,8 +7,7 @@
     analysis/, figures/, io/report.py) and the rules; reads of what is no config or spec are not
     counted: snakemake's wildcards, a table row (``r``), the estimate and calibration JSON files
     (``estimate``, ``cal``), a transfer method's own settings (``hp``: (c) is their count) and a
-    private flag (a key starting with ``_``). The filter came with issue 24; without it (a) is 3
-    higher at d2e0e94 and 7 higher at 7404c89; (b) a literal default of a spec dataclass field
+    private flag (a key starting with ``_``); (b) a literal default of a spec dataclass field
     (config/specs.py, transfer/spec.py); (c) a transfer method's hyperparameter defaults copied outside
     its own definition (costs/). The schema's own defaults are not counted: it is their one home.
 """

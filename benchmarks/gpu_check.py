@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""GPU check (issue 18): run from the repository root on a machine with a CUDA device.
+"""GPU check: run from the repository root on a machine with a CUDA device.
 
     python benchmarks/gpu_check.py                 # everything, about 5 minutes on one recent GPU
     python benchmarks/gpu_check.py --skip workflow # tests and benchmark only
@@ -14,7 +14,7 @@
    configs/scaling.yaml) and at the default size (float32, d = D = 10, batch 2048, 5 seeds): steps per
    second, and the share of the GPU's matmul peak measured here (torch.mm, square 8192) by the dense
    FLOP count (what benchmarks/bench.py reports on a CPU) and by the kernel's own FLOP model;
-4. the theorem test's points (issue 23): d = 10, D = 32 and 64, float32, batch 512, 5 seeds batched,
+4. the theorem test's points: d = 10, D = 32 and 64, float32, batch 512, 5 seeds batched,
    on the symmetric-subspace kernel (model/symmetric.py, pure torch): steps/s and the projected
    hours of the D = 64 point (5 seeds x 2 D^3 steps).
 
@@ -127,7 +127,7 @@ def benchmark(torch) -> None:
                     100 * rate * kern / 1e9 / peaks[dt],
                 )
             )
-    # the theorem test's points (issue 23): d = 10, batch 512, 5 seeds, float32, on the symmetric subspace
+    # the theorem test's points: d = 10, batch 512, 5 seeds, float32, on the symmetric subspace
     for D in (32, 64):
         rate = step_rate(torch, 10, D, "float32", 512, 5, None, 5.0 if DEVICE == "cuda" else 1.0)
         dense, kern = 5 * dense_flops(512, D, 10), 5 * symmetric.flops(512, D, 10)

@@ -1,4 +1,4 @@
-"""The large-D rows of the benchmark (issue 23): the theorem test's step at d = 10, batch 512, 5 seeds.
+"""The large-D rows of the benchmark: the theorem test's step at d = 10, batch 512, 5 seeds.
 
 Today's step (the general kernel: ``fastpath.SYMMETRIC_KERNEL`` off, the reference) and the step on
 the symmetric subspace (``symmetric.py``; float32 on a CPU: its per-sample loops) are timed side by

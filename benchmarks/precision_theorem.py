@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""float32 against float64 on the same (float32-drawn) samples at the theorem test's settings (issue 23):
+"""float32 against float64 on the same (float32-drawn) samples at the theorem test's settings:
 d = 10, D = 32, batch 512, eta = 0.5, one seed, 1500 steps, recorded every 100 steps (about a minute).
 Prints the float64 run's losses and attention on j* beside the two runs' differences.
 

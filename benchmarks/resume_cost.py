@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Cost of a resume state at the end of a D = 64 theorem-size run (issue 23): 5 seeds, d = 10, 2 D^3 steps,
+"""Cost of a resume state at the end of a D = 64 theorem-size run: 5 seeds, d = 10, 2 D^3 steps,
 eval rows every 16 steps and 6 attention matrices. Prints the rows saved, the file size, the first save
 (every row converted), a later save (only the rows added since), and the load.
 

@@ -1,12 +1,13 @@
 """groupsparse: the commands behind the study's Snakemake workflow, and tools to read its results.
 
-Each workflow rule calls one subcommand (pretrain, transfer, check-tables, aggregate, plot,
-predict, scaling, image-figures, fetch); the others are for people: `population` (one trajectory of
-population gradient descent, by hand), `review` (a finished study's answers), `status` (how far a
-running study is, time left), `estimate` (how long a study will take), `calibrate` (the cost model
-against this machine), `summary` (print a result table), `check-predictions` (the theorem test's
-predictions against runs made outside the study), `snapshot` (docs/results.md), `choices`
-(docs/STUDY.md's table of choices). Run a study with `snakemake --cores all`; see README.md.
+Each workflow rule calls one subcommand (write-spec, pretrain, transfer, check-tables, aggregate,
+plot, predict, scaling, image-figures, fetch); the others are for people: `population` (one
+trajectory of population gradient descent, by hand), `review` (a finished study's answers),
+`status` (how far a running study is, time left), `estimate` (how long a study will take),
+`calibrate` (the cost model against this machine), `summary` (print a result table),
+`check-predictions` (the theorem test's predictions against runs made outside the study),
+`snapshot` (docs/results.md), `choices` (docs/STUDY.md's table of choices). Run a study with
+`snakemake --cores all`; see README.md.
 """
 
 # Heavy imports (torch, sklearn) happen inside the subcommands so that --help is fast.
@@ -22,6 +23,7 @@ from .commands._args import EXIT_CONFIG, EXIT_DIVERGED, EXIT_INPUT, set_threads 
 
 # Each module in groupsparse.commands has register(subparsers) adding its subcommand.
 COMMANDS = (
+    "write_spec",
     "pretrain",
     "transfer",
     "check_tables",

@@ -20,7 +20,7 @@ from conftest import REPO
 SCHEMA = yaml.safe_load((REPO / "src/groupsparse/config/config.schema.yaml").read_text())
 SHIPPED = ["config.yaml", "configs/tiny.yaml", "configs/paper.yaml", "configs/scaling.yaml"]
 # (config, device) pairs that keep their layout under the caps below. Not generated: the full scaling
-# grid on CPUs, whose D = 64 runs (1.5 D^3 steps, issue 14) take over 10 h a seed on a CPU thread, so
+# grid on CPUs, whose D = 64 runs (1.5 D^3 steps) take over 10 h a seed on a CPU thread, so
 # the caps chunk or refuse it by design (test_chunks_shrink... and the refusal test cover it); it is a
 # GPU study.
 FITTING = [(c, d) for c in SHIPPED for d in ("cpu", "cuda") if not (c.endswith("scaling.yaml") and d == "cpu")]

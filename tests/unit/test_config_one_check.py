@@ -1,9 +1,6 @@
-"""A setting passes one validation on its way from the YAML file to the job that uses it (issue 24).
-
-The study is checked at parse time (study.preflight.check_study); the workflow writes each job's
-spec file with a stamp of that check beside it (study.trust), and the job trusts a stamped file.
-A spec file without the stamp (written by hand) or with a stale one is validated by the job, so
-bad input still fails in one line naming the key. Every schema validation goes through
+"""A setting is validated once at parse time, with the whole study, and once more by the one job
+that reads it from its spec file (a few milliseconds: no stamp lets a job skip it), so a spec file
+edited or written by hand fails in one line naming the key. Every schema validation goes through
 config.schema.strict_validator; the tests count the validations whose instance holds a setting.
 """
 
@@ -16,9 +13,9 @@ import sys
 import pytest
 
 from groupsparse import cli
-from groupsparse.commands import _args
 from groupsparse.config import schema
-from groupsparse.study import preflight, trust
+from groupsparse.io import files as io
+from groupsparse.study import preflight
 
 from conftest import REPO, TINY_PATH, tiny_config, tiny_spec_dict
 
@@ -56,17 +53,18 @@ def validations(monkeypatch):
 
 
 def _parse_time(tmp_path):
-    """The Snakefile's parse: the study checked, then the spec files written (workflow/rules/common.smk)."""
+    """The Snakefile's parse (the study checked), then the spec files its `spec` jobs write."""
     config = tiny_config()
     config["pretrain"]["eta"] = ETA
     config["transfer"]["sigma_x"] = SIGMA
     runs = preflight.check_study(config, schema.study_schema(), config_files=[str(TINY_PATH)], results=str(tmp_path))
     run = runs["base"]
-    folder = tmp_path / "specs"
-    return (
-        trust.write_checked(folder, "base.pretrain", run.spec_json),
-        trust.write_checked(folder, "base.transfer", run.transfer_json()),
-    )
+    written = []
+    for stem, text in (("base.pretrain", run.spec_json), ("base.transfer", run.transfer_json())):
+        path = io.content_path(tmp_path / "specs", stem, text)
+        assert cli.main(["write-spec", "--json", text, "--out", str(path)]) == 0
+        written.append(path)
+    return tuple(written)
 
 
 def _job_spec(monkeypatch, argv: list[str]):
@@ -89,7 +87,7 @@ def _job_spec(monkeypatch, argv: list[str]):
     return stopped.value.args[0]
 
 
-def test_pretrain_eta_is_validated_once_from_yaml_to_the_pretraining_job(tmp_path, monkeypatch, validations):
+def test_pretrain_eta_is_validated_at_parse_time_and_by_the_pretraining_job(tmp_path, monkeypatch, validations):
     spec_file, _ = _parse_time(tmp_path)
     assert sum(_holds(v, ETA) for v in validations) == 1  # the parse-time check of the whole study
     out = str(tmp_path / "out")
@@ -99,41 +97,21 @@ def test_pretrain_eta_is_validated_once_from_yaml_to_the_pretraining_job(tmp_pat
         + ["--trajectory", out, "--attention", out],
     )
     assert spec.pretrain.eta == ETA and seeds == [0, 1]
-    assert sum(_holds(v, ETA) for v in validations) == 1  # and no other: the job trusts its stamped file
+    assert sum(_holds(v, ETA) for v in validations) == 2  # and the job's own, of its spec file
 
 
-def test_transfer_settings_are_validated_once_from_yaml_to_the_transfer_job(tmp_path, monkeypatch, validations):
+def test_transfer_settings_are_validated_at_parse_time_and_by_the_transfer_job(tmp_path, monkeypatch, validations):
     _, spec_file = _parse_time(tmp_path)
     out = str(tmp_path / "out")
     run_spec, spec = _job_spec(
         monkeypatch, ["transfer", "--spec", f"@{spec_file}", "--checkpoint", out, "--out", out, "--sizes", "8"]
     )[:2]
     assert run_spec.pretrain.eta == ETA and spec.sigma_x == SIGMA
-    assert sum(_holds(v, SIGMA) for v in validations) == 1
-    assert sum(_holds(v, ETA) for v in validations) == 1
+    assert sum(_holds(v, SIGMA) for v in validations) == 2
+    assert sum(_holds(v, ETA) for v in validations) == 2
 
 
-def test_a_spec_file_without_a_valid_stamp_is_validated_by_the_job(tmp_path, monkeypatch, validations):
-    spec_file, _ = _parse_time(tmp_path)
-    assert isinstance(_args.load_spec_arg(f"@{spec_file}"), _args.CheckedSpec)
-    stamp = trust.stamp_path(spec_file)
-    for stale in (
-        stamp.read_text().replace(trust.schema_id(), "config.schema.yaml@0000000000000000"),  # another schema
-        "",  # no stamp
-    ):
-        stamp.write_text(stale) if stale else stamp.unlink()
-        assert type(_args.load_spec_arg(f"@{spec_file}")) is dict
-    before = sum(_holds(v, ETA) for v in validations)
-    out = str(tmp_path / "out")
-    _job_spec(
-        monkeypatch,
-        ["pretrain", "--spec", f"@{spec_file}", "--seeds", "0", "--checkpoint", out]
-        + ["--trajectory", out, "--attention", out],
-    )
-    assert sum(_holds(v, ETA) for v in validations) == before + 1
-
-
-def test_a_stamped_spec_file_edited_afterwards_is_refused_in_one_line(tmp_path, capsys):
+def test_a_spec_file_edited_afterwards_is_refused_in_one_line(tmp_path, capsys):
     spec_file, _ = _parse_time(tmp_path)
     spec_file.write_text(spec_file.read_text().replace(f'"eta":{ETA}', '"eta":-1'))
     out = str(tmp_path / "out")
@@ -167,17 +145,15 @@ def test_a_hand_written_bad_spec_file_fails_in_one_line_naming_the_key(tmp_path)
     )
 
 
-def test_a_spec_file_keeps_its_bytes_and_its_stamp_names_the_schema(tmp_path):
-    """The stamp is a side file: the spec's bytes (and so its name, the run's identity) are what they were."""
-    from groupsparse.io import files as io
-
+def test_a_spec_file_is_named_by_its_bytes(tmp_path, capsys):
+    """write-spec writes the bytes it is given, and refuses a name that is not their hash."""
     text = json.dumps(tiny_spec_dict(), sort_keys=True, separators=(",", ":"))
-    spec_file = trust.write_checked(tmp_path, "run.pretrain", text)
-    assert spec_file == io.content_path(tmp_path, "run.pretrain", text) and spec_file.read_text() == text
-    assert sorted(p.name for p in tmp_path.iterdir()) == [spec_file.name, spec_file.name + ".checked"]
-    stamp = json.loads(trust.stamp_path(spec_file).read_text())
-    assert stamp["checked_by"] == trust.schema_id() and stamp["checked_by"].startswith("config.schema.yaml@")
-    assert trust.is_checked(spec_file, text.encode()) and not trust.is_checked(spec_file, text.encode() + b" ")
+    path = io.content_path(tmp_path, "run.pretrain", text)
+    assert cli.main(["write-spec", "--json", text, "--out", str(path)]) == 0 and path.read_text() == text
+    wrong = tmp_path / "run.pretrain.000000000000.json"
+    assert cli.main(["write-spec", "--json", text, "--out", str(wrong)]) == cli.EXIT_INPUT and not wrong.exists()
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "not the hash" in err[0]
 
 
 def test_every_schema_validation_goes_through_strict_validator():

@@ -1,4 +1,4 @@
-"""Parse-time refusals that are one line naming the key or path (issue 24's bad configs)."""
+"""Parse-time refusals that are one line naming the key or path."""
 
 from __future__ import annotations
 

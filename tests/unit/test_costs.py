@@ -87,13 +87,13 @@ def test_coefficients_file_equals_a_refit():
     assert yaml.safe_load(costs.COEFFS_PATH.read_text()) == costs.fit(DATA)
 
 
-def test_issue_17_measurement_of_the_largest_scaling_point_is_covered(monkeypatch):
-    """Issue 17: d = 40, D = 64, 5 seeds, 40000 steps (configs/scaling.yaml) took about 13 h and
-    2.9 GB on one CPU thread, on the general kernel (before symmetric.py). Far outside the measured
-    steps; the fit must extrapolate to it. The symmetric kernel, which such a run takes now, is
+def test_the_measured_largest_scaling_point_is_covered(monkeypatch):
+    """d = 40, D = 64, 5 seeds, 40000 steps (configs/scaling.yaml) took about 13 h and 2.9 GB on one
+    CPU thread on the general kernel (measured). Far outside the steps the model is fitted on; the fit
+    must extrapolate to it. The symmetric kernel (model/symmetric.py), which such a run takes, is
     predicted cheaper."""
     config = yaml.safe_load((REPO / "configs" / "scaling.yaml").read_text())
-    # the measured run's budget (the config now trains ceil(steps_per_D3 D^3) steps at D = 64)
+    # the measured run's budget (the config trains ceil(steps_per_D3 D^3) steps at D = 64)
     config["scaling"]["steps_per_D3"] = 0
     config["scaling"]["pretrain"]["steps"] = 40000
     run = expand(config)["scale_d40_D64"]

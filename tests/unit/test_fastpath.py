@@ -301,7 +301,7 @@ def test_denormals_flushed_inside_and_the_threads_setting_restored():
         torch.set_flush_denormal(False)
 
 
-# --- CUDA (run with `pytest -k cuda` on a machine with a GPU; benchmarks/gpu_check.sh) ------------
+# --- CUDA (run with `pytest -k cuda` on a machine with a GPU; benchmarks/gpu_check.py) ------------
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -175,6 +175,36 @@ def test_no_private_name_is_used_outside_its_module():
     assert sorted(PRIVATE_USES_ALLOWED - private_uses()) == [], "an allowed use is gone: drop it from the list"
 
 
+# Where a task kind may be named: its spec class and registry, its declaration, its own data module.
+KIND_HOMES = {"config/specs.py", "config/schema.py", "data/kinds.py", "data/images.py"}
+KIND_NAMED_ALLOWED: set[str] = set()
+
+
+def test_a_task_kind_is_named_only_where_it_is_declared():
+    """What a kind changes (data, transfer task, costs, figures, inputs) is declared by it (data/kinds.py),
+    so no other module or rule tests ``kind == "images"``: a third kind touches its own files only."""
+    from groupsparse.config.specs import TASK_SPECS
+
+    named = re.compile("[\"'](" + "|".join(TASK_SPECS) + ")[\"']")
+    sources = [*PACKAGE.rglob("*.py"), *(REPO / "workflow").rglob("*.smk"), REPO / "Snakefile"]
+    found = {
+        str(p.relative_to(PACKAGE)) if p.is_relative_to(PACKAGE) else str(p.relative_to(REPO))
+        for p in sources
+        if named.search(p.read_text())
+    }
+    assert sorted(found - KIND_HOMES - KIND_NAMED_ALLOWED) == []
+    assert sorted(KIND_NAMED_ALLOWED - found) == [], "an allowed file no longer names a kind: drop it"
+
+
+def test_every_task_kind_has_a_spec_class_and_a_declaration():
+    from groupsparse.config.specs import TASK_SPECS
+    from groupsparse.data.kinds import KINDS
+
+    assert set(KINDS) == set(TASK_SPECS)
+    for kind in KINDS.values():
+        assert callable(kind.function("make")) and callable(kind.function("downstream")), kind.name
+
+
 def test_no_module_over_about_400_lines():
     long = {
         str(p.relative_to(PACKAGE)): n
@@ -185,7 +215,7 @@ def test_no_module_over_about_400_lines():
 
 
 def test_every_test_file_the_docs_and_scripts_name_exists():
-    """A path like tests/unit/test_x.py in the README, the study, the code, the benchmarks or .ci must exist
+    """A path like tests/unit/test_<name>.py in the README, the study, the code, the benchmarks or .ci must exist
     (the GPU script once ran tests from paths removed by a re-layout)."""
     repo = PACKAGE.parents[1]
     sources = [repo / "README.md", repo / "docs" / "STUDY.md", repo / ".ci" / "run", *(repo / "benchmarks").glob("*")]

@@ -1,4 +1,4 @@
-"""Claims as the theorem states them (issue 14), on synthetic inputs with known answers: the theorem's
+"""Claims as the theorem states them, on synthetic inputs with known answers: the theorem's
 targets 1 - exp(-c D) on the minimum over queries, the one-sided "at most D^3" verdict, exponential
 against power-law concentration at kappa D^3 steps, batch as a factor, stability; and the minimum
 over queries recorded by the trainer against a direct computation."""

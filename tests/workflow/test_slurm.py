@@ -1,6 +1,6 @@
 """The study on a real single-node Slurm, through snakemake's official executor plugin.
 
-tests/slurm_cluster.py starts munge, slurmctld and slurmd on loopback; the tiny config then runs
+tests/workflow/slurm_cluster.py starts munge, slurmctld and slurmd on loopback; the tiny config then runs
 once with ``--executor slurm --workflow-profile workflow/profiles/slurm`` and once locally, and the two
 must agree table for table: the executor must not change the science. Runs only when asked
 (GROUPSPARSE_SLURM_TEST=1, or CI=true); skips (with the reason) where Slurm cannot be started,

@@ -4,6 +4,7 @@ readable by colleagues (the umask's mode, not mkstemp's private 0600)."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -66,25 +67,27 @@ def test_atomic_writes_take_the_mode_the_umask_gives(tmp_path, umask, mode):
     old = os.umask(umask)
     try:
         io.write_text_atomic(tmp_path / "a.txt", "x")
-        io.content_file(tmp_path, "spec", "{}")
+        io.write_text_atomic(tmp_path / "sub" / "b.txt", "y")
     finally:
         os.umask(old)
-    for path in tmp_path.iterdir():
+    for path in (tmp_path / "a.txt", tmp_path / "sub" / "b.txt"):
         assert stat.S_IMODE(path.stat().st_mode) == mode, path
-
-
-def test_spec_files_are_content_addressed_and_never_rewritten(tmp_path):
-    first = io.content_file(tmp_path, "run.pretrain", '{"a": 1}')
-    mtime = first.stat().st_mtime_ns
-    assert io.content_file(tmp_path, "run.pretrain", '{"a": 1}') == first
-    assert first.stat().st_mtime_ns == mtime
-    other = io.content_file(tmp_path, "run.pretrain", '{"a": 2}')
-    assert other != first and first.read_text() == '{"a": 1}'
 
 
 def dry_run(workdir: Path, configfile: Path) -> subprocess.CompletedProcess:
     args = ["snakemake", "-s", str(REPO / "Snakefile"), "-n", "--cores", "1", "-d", str(workdir)]
     return subprocess.run([*args, "--configfile", str(configfile)], capture_output=True, text=True, timeout=300)
+
+
+def test_a_dry_run_writes_nothing_under_results(tmp_path):
+    """Parsing only plans: the spec files and the owner record are written by jobs, so `snakemake -n`
+    of a fresh folder leaves no file under results/ (the default study and one with every section)."""
+    for configfile in (REPO / "config.yaml", REPO / "configs/theorem.yaml"):
+        work = tmp_path / configfile.stem
+        res = dry_run(work, configfile)
+        assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+        assert re.search(r"^spec\s+\d+$", res.stdout, re.M), res.stdout[-2000:]  # the jobs that will write them
+        assert not (work / "results").exists(), sorted(snapshot_names(work / "results"))[:5]
 
 
 def test_a_copied_config_with_the_same_study_name_cannot_take_over_the_folder(tmp_path):
@@ -94,8 +97,15 @@ def test_a_copied_config_with_the_same_study_name_cannot_take_over_the_folder(tm
     own, copy = tmp_path / "own.yaml", tmp_path / "copy.yaml"
     own.write_text(yaml.safe_dump(cfg))
     work = tmp_path / "w"
-    assert dry_run(work, own).returncode == 0
     owner = work / "results/tiny" / preflight.OWNER_FILE
+    res = subprocess.run(
+        ["snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", "-d", str(work), str(owner.relative_to(work))]
+        + ["--configfile", str(own)],  # last: it takes every argument after it
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # the study's first job records the owner (a dry run records nothing)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
     assert str(own) in owner.read_text()
     before = snapshot_names(work / "results")
 

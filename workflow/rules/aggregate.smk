@@ -35,8 +35,8 @@ rule check_tables:
 
 rule aggregate:
     input:
-        checked=f"{R}/tables/.inputs_checked",
-        study=STUDY_FILE,
+        checked=rules.check_tables.output[0],
+        study=spec_input(STUDY_FILE),
         trajectories=all_trajectories(),
         attention=all_attention(),
         transfer=all_transfer_tables(),
@@ -74,8 +74,8 @@ rule aggregate:
 
 rule figures:
     input:
-        f"{R}/tables/pretrain_trajectories.parquet",
-        f"{R}/tables/pretrain_attention.parquet",
+        rules.aggregate.output.trajectories,
+        rules.aggregate.output.attention,
     output:
         [
             report(
@@ -107,8 +107,8 @@ rule figures:
 
 rule transfer_figure:
     input:
-        f"{R}/tables/transfer.parquet",
-        f"{R}/tables/pretrain_trajectories.parquet",
+        rules.aggregate.output.transfer_tables[:1],
+        rules.aggregate.output.trajectories,
     output:
         report(
             f"{R}/figures/{{run}}/transfer_accuracy.png",

@@ -12,11 +12,13 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from groupsparse import costs  # noqa: E402  (torch-free
 from groupsparse.config.schema import study_schema
 from groupsparse.costs import calibrate  # torch-free: its probe runs in a subprocess
+from groupsparse.data import kinds
 from groupsparse.io import files as io
 from groupsparse.io import report as report_text
 from groupsparse.io import tables as names
-from groupsparse.study import outputs, preflight, trust
+from groupsparse.study import outputs, preflight
 from groupsparse.study.runs import is_check_variant
+from snakemake.io import apply_wildcards
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
@@ -37,20 +39,40 @@ except preflight.StudyRefused as exc:
 STUDY_JSON = json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-# Specs travel by file, not inline on the shell line: results/<study>/specs/<name>.<hash>.json,
-# written once when the workflow is parsed. A changed spec is a new file, so exactly the jobs it
-# affects rerun; the printed commands stay short. Each carries the stamp of the check above
-# (<file>.checked, study.trust): the job trusts it and validates nothing again.
+# Specs travel by file, not inline on the shell line: results/<study>/specs/<name>.<hash>.json, named
+# by the hash of its bytes and written by a `spec` job (workflow/rules/study.smk), never while the
+# workflow is parsed. A changed spec is a new file, so exactly the jobs it affects rerun; the printed
+# commands stay short. A job validates its spec file itself (milliseconds).
+SPEC_TEXTS = {}  # spec file -> its bytes, every spec file of the study
+# The `spec` job gets the bytes on its shell line, one argument, which Linux caps at 128 KiB.
+MAX_SPEC_BYTES = 100_000
+
+
+def spec_file(stem, text):
+    path = str(io.content_path(f"{R}/specs", stem, text))
+    if len(text.encode()) > MAX_SPEC_BYTES:
+        print(
+            f"snakemake: cannot run the study: the spec {path} would hold {len(text.encode())} bytes, "
+            f"more than {MAX_SPEC_BYTES}; split the study into smaller configs",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(1)
+    SPEC_TEXTS[path] = text
+    return path
+
+
 def pretrain_spec_file(run):
-    return str(
-        trust.write_checked(f"{R}/specs", f"{run}.pretrain", RUNS[run].spec_json)
-    )
+    return spec_file(f"{run}.pretrain", RUNS[run].spec_json)
 
 
 def transfer_spec_file(run):
-    return str(
-        trust.write_checked(f"{R}/specs", f"{run}.transfer", RUNS[run].transfer_json())
-    )
+    return spec_file(f"{run}.transfer", RUNS[run].transfer_json())
+
+
+# A spec file is named by its bytes: rewriting it (its rule's code changed) must rerun nothing.
+def spec_input(path):
+    return ancient(path)
 
 
 CHUNK = r"\d+-\d+"
@@ -60,6 +82,8 @@ wildcard_constraints:
     run="[A-Za-z][A-Za-z0-9_]*",
     chunk=CHUNK,
     group="[A-Za-z][A-Za-z0-9_]*",
+    stem="[A-Za-z][A-Za-z0-9_.]*",
+    digest="[0-9a-f]{12}",
 
 
 # settings with the schema's defaults filled in (preflight.check_study above)
@@ -71,54 +95,115 @@ PRETRAIN_RESUME_EVERY = JOBS["pretrain_resume_every"]
 GPU = costs.gpus_per_job(config["device"])
 
 
-def pretrain_prefix(run, chunk):
-    return f"{R}/pretrain/{run}/seeds{chunk}"
+# --- the jobs of the study, and the files each writes ----------------------------------------
+# Each file's path is written once, in its rule's output, log or benchmark; everything else (the
+# inputs of later rules, the `all` target, the paths checked below) expands those templates over
+# the jobs listed here.
 
 
-def checkpoint_path(run, chunk):
-    return pretrain_prefix(run, chunk) + ".safetensors"
+def study_jobs():
+    """The wildcards of every job of the study, by rule name; computed once (the runs are fixed once parsed)."""
+    if not _JOBS:
+        _JOBS.update(_study_jobs())
+    return _JOBS
+
+
+_JOBS = {}
+
+
+def _study_jobs():
+    named = figure_runs()
+    return {
+        "results_owner": [{}],
+        "spec": [spec_wildcards(path) for path in all_spec_files()],
+        "pretrain": [
+            {"run": r, "chunk": c} for r, run in RUNS.items() for c in run.chunks
+        ],
+        "transfer": [
+            {"run": r, "chunk": c, "group": g}
+            for r, run in RUNS.items()
+            if run.transfer is not None
+            for c in run.chunks
+            for g in run.method_groups
+        ],
+        "check_tables": [{}],
+        "aggregate": [{}],
+        "figures": [{"run": r} for r in named],
+        "transfer_figure": [{"run": r} for r in named if RUNS[r].transfer is not None],
+        "predict": [{}] if scaling_enabled() else [],
+        "scaling": [{}] if scaling_enabled() else [],
+    } | {  # the task kinds' own figure rules (data.kinds: image_figures), one job per named run
+        figure_rule: [
+            {"run": r} for r in named if figure_rule in kind_of_run(r).figure_rules
+        ]
+        for figure_rule in KIND_FIGURE_RULES
+    }
+
+
+def flat(items):
+    return [f for item in items for f in (item if isinstance(item, list) else [item])]
+
+
+def outputs_of(rule, name=None, jobs=None):
+    """The files a rule's jobs (all of them, or ``jobs``) write as its output (or output ``name``)."""
+    out = getattr(rules, rule).output
+    templates = flat([getattr(out, name)] if name else list(out))
+    jobs = study_jobs()[rule] if jobs is None else jobs
+    return [apply_wildcards(str(t), w) for w in jobs for t in templates]
+
+
+def written_files():
+    """Every file the study writes under its results folder: each job's outputs, log and benchmark."""
+    files = []
+    for rule, jobs in study_jobs().items():
+        each = getattr(rules, rule)
+        templates = flat(list(each.output)) + list(each.log) + [each.benchmark]
+        files += [apply_wildcards(str(t), w) for w in jobs for t in templates]
+    return [f for f in files if Path(R) in Path(f).parents]
+
+
+def all_spec_files():
+    """Every spec file of the study (a job's spec, the study's, the analysis')."""
+    files = [STUDY_FILE] + ([scaling_spec_file()] if scaling_enabled() else [])
+    for r, run in RUNS.items():
+        files.append(pretrain_spec_file(r))
+        if run.transfer is not None:
+            files.append(transfer_spec_file(r))
+    return files
+
+
+def spec_wildcards(path):
+    stem, digest, _ = Path(path).name.rsplit(".", 2)
+    return {"stem": stem, "digest": digest}
+
+
+def checkpoint_of(run, chunk):
+    return outputs_of("pretrain", "checkpoint", [{"run": run, "chunk": chunk}])[0]
 
 
 def all_trajectories():
-    return [
-        pretrain_prefix(r, c) + ".trajectory.parquet"
-        for r, run in RUNS.items()
-        for c in run.chunks
-    ]
+    return outputs_of("pretrain", "trajectory")
 
 
 def all_attention():
-    return [
-        pretrain_prefix(r, c) + ".attention.parquet"
-        for r, run in RUNS.items()
-        for c in run.chunks
-    ]
+    return outputs_of("pretrain", "attention")
 
 
 def all_transfer_tables():
-    return [
-        f"{R}/transfer/{r}/seeds{c}/{g}.parquet"
-        for r, run in RUNS.items()
-        if run.transfer is not None
-        for c in run.chunks
-        for g in run.method_groups
-    ]
+    return outputs_of("transfer", "table")
 
 
 # output names: the one registry in groupsparse.io.tables
 FIGURES_PER_RUN = list(names.RUN_FIGURES)
-TRANSFER_TABLES = [f"{t}.parquet" for t in names.TRANSFER_TABLES]
-TRANSFER_TABLES_CSV = [
-    f"{t}.csv" for t in names.TRANSFER_TABLES if t in names.CSV_TABLES
-]
 
 
 def transfer_table_outputs():
-    if not all_transfer_tables():
+    """The aggregated transfer tables (aggregate's output), in a study with transfer jobs."""
+    if not study_jobs()["transfer"]:
         return []
-    csv = [f"{R}/tables/{t}" for t in TRANSFER_TABLES_CSV]
-    return [f"{R}/tables/{t}" for t in TRANSFER_TABLES] + [
-        as_report_table(p) for p in csv
+    stems = names.TRANSFER_TABLES
+    return [f"{R}/tables/{t}.parquet" for t in stems] + [
+        as_report_table(f"{R}/tables/{t}.csv") for t in stems if t in names.CSV_TABLES
     ]
 
 
@@ -127,13 +212,13 @@ def as_report_table(path):
     return report(path, caption=caption, category="Tables")
 
 
-def run_figure_names(run):
-    stems = list(FIGURES_PER_RUN)
-    if RUNS[run].transfer is not None:
-        stems.append(names.TRANSFER_FIGURE)
-    if RUNS[run].spec["task"]["kind"] == "images":
-        stems += names.IMAGE_FIGURES
-    return stems
+def kind_of_run(run):
+    return kinds.kind_of(RUNS[run].spec["task"])
+
+
+KIND_FIGURE_RULES = tuple(
+    dict.fromkeys(rule for kind in kinds.KINDS.values() for rule in kind.figure_rules)
+)
 
 
 def figure_runs():
@@ -142,33 +227,23 @@ def figure_runs():
     return [r for r, run in RUNS.items() if run.role == "task"]
 
 
-def figure_files():
-    return [
-        f"{R}/figures/{r}/{name}.{ext}"
-        for r in figure_runs()
-        for name in run_figure_names(r)
-        for ext in names.FIGURE_FORMATS
-    ]
+def final_outputs():
+    """The default target (`all`): the tables, the figures, the claims."""
+    finals = (
+        "aggregate",
+        "figures",
+        "transfer_figure",
+        *KIND_FIGURE_RULES,
+        "predict",
+        "scaling",
+    )
+    return [f for rule in finals for f in outputs_of(rule)]
 
 
-# CIFAR-10 runs read their task.path folder, fetched by the fetch_cifar10 job (images.smk) if missing.
-def cifar_folders():
-    from groupsparse.data.cifar import data_folder
-
-    return {
-        r: str(data_folder(run.spec["task"]["path"]))
-        for r, run in RUNS.items()
-        if run.spec["task"].get("kind") == "images"
-        and run.spec["task"].get("dataset") == "cifar10"
-    }
-
-
+# The folders a run reads, by its task kind (data.kinds): CIFAR-10 runs read their task.path folder,
+# fetched by the fetch_cifar10 job (images.smk) if missing.
 def data_inputs(run):
-    folder = cifar_folders().get(run)
-    return [folder] if folder else []
-
-
-CIFAR_FETCH = sorted(set(cifar_folders().values()))
+    return kind_of_run(run).data_folders(RUNS[run].spec["task"])
 
 
 def rerun_command(options=""):
@@ -274,14 +349,6 @@ def check_slurm_accounting():
             )
 
 
-def transfer_table_files():
-    return (
-        [f"{R}/tables/{t}" for t in TRANSFER_TABLES + TRANSFER_TABLES_CSV]
-        if all_transfer_tables()
-        else []
-    )
-
-
 def local_cores():
     """snakemake's --cores on a local run; None under a cluster executor, which has no total."""
     try:
@@ -310,7 +377,7 @@ SCALING_SPEC_JSON = json.dumps(
 
 
 def scaling_spec_file():
-    return str(io.content_file(f"{R}/specs", "analysis", SCALING_SPEC_JSON))
+    return spec_file("analysis", SCALING_SPEC_JSON)
 
 
 # The out-of-sample test: `predict` reads the grid runs with D <= fit_D_max, and no other run.
@@ -331,82 +398,30 @@ def prediction_runs():
 
 
 def prediction_inputs(wildcards):
-    return [
-        pretrain_prefix(r, c) + ".trajectory.parquet"
-        for r in prediction_runs()
-        for c in RUNS[r].chunks
-    ]
+    jobs = [{"run": r, "chunk": c} for r in prediction_runs() for c in RUNS[r].chunks]
+    return outputs_of("pretrain", "trajectory", jobs)
 
 
 SCALING_FIGURES = list(names.SCALING_FIGURES)
-SCALING_TABLES = list(names.SCALING_TABLES)
 
 
 def scaling_enabled():
     return any(run.role in ("scaling", "ablation") for run in RUNS.values())
 
 
-def scaling_outputs():
-    if not scaling_enabled():
-        return []
-    return (
-        [f"{R}/tables/{t}.parquet" for t in SCALING_TABLES]
-        + [f"{R}/tables/{t}.csv" for t in SCALING_TABLES if t in names.CSV_TABLES]
-        + [
-            f"{R}/figures/scaling/{f}.{ext}"
-            for f in SCALING_FIGURES
-            for ext in names.FIGURE_FORMATS
-        ]
-    )
-
-
 # --- every path the study writes: absent or of the right type, checked before anything is written
 
 
-def written_files():
-    """The files the study writes (spec files, per-job outputs, logs, benchmarks, tables, figures)."""
-    files = [io.content_path(f"{R}/specs", "study", STUDY_JSON)]
-    for r, run in RUNS.items():
-        files.append(io.content_path(f"{R}/specs", f"{r}.pretrain", run.spec_json))
-        if run.transfer is not None:
-            files.append(
-                io.content_path(f"{R}/specs", f"{r}.transfer", run.transfer_json())
-            )
-        for c in run.chunks:
-            files += [
-                checkpoint_path(r, c),
-                f"{pretrain_prefix(r, c)}.trajectory.parquet",
-                f"{pretrain_prefix(r, c)}.attention.parquet",
-            ]
-            files += [
-                f"{R}/logs/pretrain/{r}/seeds{c}.log",
-                f"{R}/benchmarks/pretrain/{r}/seeds{c}.tsv",
-            ]
-            for g in run.method_groups if run.transfer is not None else []:
-                files += [
-                    f"{R}/transfer/{r}/seeds{c}/{g}.parquet",
-                    f"{R}/logs/transfer/{r}/seeds{c}/{g}.log",
-                    f"{R}/benchmarks/transfer/{r}/seeds{c}/{g}.tsv",
-                ]
-    tables = [
-        "pretrain_trajectories.parquet",
-        "pretrain_attention.parquet",
-        "pretrain_summary.parquet",
-        "pretrain_summary.csv",
-        ".inputs_checked",
-    ]
-    files += [f"{R}/tables/{t}" for t in tables] + [f"{R}/provenance.json"]
-    files += [
-        f"{R}/{kind}/{job}"
-        for kind, job in (("logs", "aggregate.log"), ("benchmarks", "aggregate.tsv"))
-    ]
-    return files + figure_files() + transfer_table_files() + scaling_outputs()
+def check_written_paths():
+    """Called once every rule is defined (the Snakefile's last lines)."""
+    problem = outputs.wrong_type_problem(R, written_files())
+    if problem:
+        print(
+            f"snakemake: cannot run the study: {problem}", file=sys.stderr, flush=True
+        )
+        raise SystemExit(1)
 
 
-_problem = outputs.wrong_type_problem(R, written_files())
-if _problem:
-    print(f"snakemake: cannot run the study: {_problem}", file=sys.stderr, flush=True)
-    raise SystemExit(1)
-# every check passed: the folder now belongs to this config file
-preflight.record_owner(R, workflow.configfiles)
-STUDY_FILE = str(io.content_file(f"{R}/specs", "study", STUDY_JSON))
+STUDY_FILE = spec_file("study", STUDY_JSON)
+OWNER_FILE = f"{R}/{preflight.OWNER_FILE}"
+OWNER_JSON = preflight.owner_record(workflow.configfiles)

@@ -3,9 +3,9 @@
 
 rule image_figures:
     input:
-        checkpoint=lambda w: checkpoint_path(w.run, RUNS[w.run].chunks[0]),
-        attention=f"{R}/tables/pretrain_attention.parquet",
-        spec=lambda w: pretrain_spec_file(w.run),
+        checkpoint=lambda w: checkpoint_of(w.run, RUNS[w.run].chunks[0]),
+        attention=rules.aggregate.output.attention,
+        spec=lambda w: spec_input(pretrain_spec_file(w.run)),
     output:
         attention=report(
             f"{R}/figures/{{run}}/image_attention.png",
@@ -24,9 +24,9 @@ rule image_figures:
             f"{R}/figures/{{run}}/image_examples.pdf",
         ],
     log:
-        f"{R}/logs/figures/{{run}}.images.log",
+        f"{R}/logs/figures/{{run}}.image_figures.log",
     benchmark:
-        f"{R}/benchmarks/figures/{{run}}.images.tsv"
+        f"{R}/benchmarks/figures/{{run}}.image_figures.tsv"
     conda:
         CONDA_ENV
     threads: 1
@@ -39,6 +39,16 @@ rule image_figures:
         "groupsparse image-figures --spec @{input.spec:q} --checkpoint {input.checkpoint:q}"
         " --attention {input.attention:q} --outdir {params.outdir:q}"
         " --threads {threads:q} > {log:q} 2>&1"
+
+
+CIFAR_FETCH = sorted(
+    {
+        f
+        for r in RUNS
+        if RUNS[r].spec["task"].get("dataset") == "cifar10"
+        for f in data_inputs(r)
+    }
+)
 
 
 # CIFAR-10 fetched once where a study's task.path has no data yet (data/fetch.py: checked MD5,

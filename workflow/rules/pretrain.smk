@@ -3,7 +3,7 @@
 
 rule pretrain:
     input:
-        spec=lambda w: pretrain_spec_file(w.run),
+        spec=lambda w: spec_input(pretrain_spec_file(w.run)),
         data=lambda w: data_inputs(w.run),  # CIFAR-10 runs: the folder (fetched if missing)
     output:
         checkpoint=f"{R}/pretrain/{{run}}/seeds{{chunk}}.safetensors",

@@ -11,7 +11,7 @@ localrules:
 rule predict:
     input:
         trajectories=prediction_inputs,
-        spec=scaling_spec_file(),
+        spec=spec_input(scaling_spec_file()),
     output:
         predictions=f"{R}/tables/predictions.parquet",
         predictions_csv=report(
@@ -36,10 +36,10 @@ rule predict:
 
 rule scaling:
     input:
-        trajectories=f"{R}/tables/pretrain_trajectories.parquet",
-        transfer=transfer_table_files()[:1],
-        spec=scaling_spec_file(),
-        predictions=f"{R}/tables/predictions.parquet",
+        trajectories=rules.aggregate.output.trajectories,
+        transfer=rules.aggregate.output.transfer_tables[:1],
+        spec=spec_input(scaling_spec_file()),
+        predictions=rules.predict.output.predictions,
     output:
         claims=f"{R}/tables/claims.parquet",
         claims_csv=report(
@@ -51,6 +51,7 @@ rule scaling:
         ablations=f"{R}/tables/ablations.parquet",
         points=f"{R}/tables/scaling_points.parquet",
         crossings=f"{R}/tables/scaling_crossings.parquet",
+        by_D=f"{R}/tables/theorem_by_D.csv",
         figures=[
             report(
                 f"{R}/figures/scaling/{f}.png",
@@ -78,6 +79,6 @@ rule scaling:
     shell:
         "groupsparse scaling --trajectories {input.trajectories:q} {params.transfer:q}"
         " --out-claims {output.claims:q} --out-fits {output.fits:q} --out-ablations {output.ablations:q}"
-        " --out-points {output.points:q} --out-crossings {output.crossings:q}"
+        " --out-points {output.points:q} --out-crossings {output.crossings:q} --out-by-D {output.by_D:q}"
         " --out-claims-csv {output.claims_csv:q} --figures {params.figures:q}"
         " --spec {input.spec:q} --predictions {input.predictions:q} > {log:q} 2>&1"

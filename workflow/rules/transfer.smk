@@ -3,8 +3,8 @@
 
 rule transfer:
     input:
-        checkpoint=f"{R}/pretrain/{{run}}/seeds{{chunk}}.safetensors",
-        spec=lambda w: transfer_spec_file(w.run),
+        checkpoint=rules.pretrain.output.checkpoint,
+        spec=lambda w: spec_input(transfer_spec_file(w.run)),
     output:
         table=f"{R}/transfer/{{run}}/seeds{{chunk}}/{{group}}.parquet",
     log:

@@ -10,7 +10,8 @@ r = 1 - min over queries of S[j*, j] at flow time kappa D^3, fitted through the 
 :func:`law_prediction` gives the textbook prediction interval of a new level mean (its s^2 =
 RSS / (L - p) holds the seed noise and any lack of fit) beside the interval of the law taken as
 exact (seed noise only) and the lack-of-fit F test; :func:`criterion_power` simulates the test's
-criterion under each law (coverage and power: tests/unit/test_theorem_coverage.py, test_predict.py).
+criterion under each law (coverage and power: tests/unit/test_theorem_coverage.py and
+tests/unit/test_predict.py).
 """
 
 from __future__ import annotations

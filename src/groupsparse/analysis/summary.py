@@ -123,7 +123,7 @@ def pretrain_summary(traj: pd.DataFrame) -> pd.DataFrame:
             "wall_seconds": float(g["wall_seconds"].max()) if "wall_seconds" in g else math.nan,
         }
         for m in FINAL_METRICS:
-            if m not in ok:  # tables written before the column existed
+            if m not in ok:  # a table that lacks the column (an older job's)
                 continue
             mean, lo, hi = mean_interval(ok[m].to_numpy(float), METRIC_RANGES[m])
             row |= {f"{m}_mean": mean, f"{m}_ci_low": lo, f"{m}_ci_high": hi}

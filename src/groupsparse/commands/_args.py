@@ -1,4 +1,5 @@
-"""Argument helpers and exit codes shared by the subcommands (kept out of cli.py so that no command imports it)."""
+"""Argument helpers and exit codes shared by the subcommands (kept out of ``groupsparse.cli``, which
+no command imports)."""
 
 from __future__ import annotations
 
@@ -25,33 +26,18 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-class CheckedSpec(dict):
-    """A spec read from a file the workflow wrote from a study it had checked (study.trust): a job
-    trusts it, the parse-time check being its one validation."""
-
-
-def is_checked(raw) -> bool:
-    """Whether the job may trust ``raw`` (a --spec value) without validating it again."""
-    return isinstance(raw, CheckedSpec)
-
-
 def load_spec_arg(text: str) -> dict:
-    """A JSON object given inline, or as @path to a JSON/YAML file; a CheckedSpec when that file
-    carries the workflow's stamp (study.trust), else a plain dict that the command validates."""
+    """A JSON object given inline, or as @path to a JSON/YAML file (the command validates it)."""
     if text.startswith("@"):
-        from ..study import trust
-
         path = Path(text[1:])
         if not path.is_file():
             raise argparse.ArgumentTypeError(f"--spec: no such file {path}")
-        data = path.read_bytes()
-        raw = data.decode()
+        raw = path.read_bytes().decode()
         if path.suffix in (".yaml", ".yml"):
             import yaml
 
             return yaml.safe_load(raw)
-        spec = json.loads(raw)
-        return CheckedSpec(spec) if isinstance(spec, dict) and trust.is_checked(path, data) else spec
+        return json.loads(raw)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._args import is_checked, load_spec_arg, set_threads
+from ._args import load_spec_arg, set_threads
 
 
 def register(sub) -> None:
@@ -25,12 +25,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from ..config.specs import ConfigError, RunSpec
+    from ..config.specs import ConfigError, ImageTaskSpec, RunSpec
     from ..figures.images import attention_figure, describe, examples_figure
     from ..io import files as io
 
-    spec = RunSpec.from_dict(args.spec, checked=is_checked(args.spec))  # trusted: a stamped spec file
-    if spec.task.kind != "images":
+    spec = RunSpec.from_dict(args.spec)
+    if not isinstance(spec.task, ImageTaskSpec):
         raise ConfigError(f"task.kind: image-figures needs an image task, got {spec.task.kind!r}")
     if args.examples < 1:
         raise ConfigError(f"--examples: must be >= 1, got {args.examples}")

@@ -25,6 +25,12 @@ def register(sub) -> None:
     p.add_argument("--out-ablations", default=None, help="output Parquet: ablation metrics beside the baseline")
     p.add_argument("--out-points", default=None, help="output Parquet: the observations behind every fit")
     p.add_argument("--out-crossings", default=None, help="output Parquet: per-seed steps to each threshold")
+    p.add_argument(
+        "--out-by-D",
+        default=None,
+        help="output CSV: per run group and D, side by side, the flow time to each theorem target and "
+        "1 - min attention at each kappa (geometric means over seeds, t intervals)",
+    )
     p.add_argument("--figures", required=True, help="directory for the figures (PNG and PDF)")
     p.add_argument(
         "--spec",
@@ -68,6 +74,9 @@ def read_named(specs: list[str], what: str):
 def run(args) -> int:
     from dataclasses import asdict
 
+    import pandas as pd
+
+    from ..analysis.bound import BY_D_COLUMNS
     from ..analysis.claims import analyse
     from ..analysis.settings import Settings
     from ..analysis.stats import VERDICT_RULE
@@ -98,6 +107,12 @@ def run(args) -> int:
         io.write_parquet(analysis.points_table(), args.out_points, prov)
     if args.out_crossings:
         io.write_parquet(analysis.crossings, args.out_crossings, prov)
+    if args.out_by_D:
+        from ..analysis.bound import by_D
+
+        scaled = traj[traj["role"] == "scaling"]
+        table = by_D(scaled, analysis.crossings, settings) if len(scaled) else pd.DataFrame(columns=BY_D_COLUMNS)
+        io.write_text_atomic(args.out_by_D, table.to_csv(index=False, float_format="%.6g"))
     scaling_figures.write_all(analysis, args.figures)
     theorem_figures.write(traj[traj["role"] == "scaling"], predictions, settings, args.figures)
     counts = analysis.claims["verdict"].value_counts().to_dict()

@@ -70,7 +70,8 @@ def require_one_of(value: str, allowed: tuple[str, ...], key: str) -> None:
 class TaskSpec:
     """A synthetic group-sparse task (docs/STUDY.md section 1 and the section 6 variants)."""
 
-    kind: str = _TASK["kind"]  # synthetic (this class) | images (ImageTaskSpec)
+    kind: str = _TASK["kind"]  # synthetic (this class) | images (ImageTaskSpec): TASK_SPECS
+    NOT_ANTITHETIC = None  # why antithetic batches do not exist for the kind; None: its law is symmetric
     d: int = _TASK["d"]
     D: int = _TASK["D"]
     sigma_x: float = _TASK["sigma_x"]
@@ -117,6 +118,10 @@ class ImageTaskSpec:
     """
 
     kind: str = "images"  # the class's kind (TaskSpec: the schema's default kind)
+    NOT_ANTITHETIC = (
+        "image tasks (an antithetic pair X, -X with label -y needs a symmetric data law; "
+        "a negated image is not an image of the other class)"
+    )
     dataset: str = _IMAGE_TASK["dataset"]  # digits (bundled with scikit-learn) | cifar10 (user-provided files)
     path: str = _IMAGE_TASK["path"]  # cifar10: the cifar-10-batches-py folder or its parent; never downloaded
     classes: tuple = tuple(_IMAGE_TASK["classes"])  # pretraining pair (class names; digits accept integers)
@@ -312,10 +317,9 @@ class RunSpec:
         if spec.pretrain.gradient == "population":
             check_population(spec)
         require(
-            spec.task.kind != "images" or spec.pretrain.sampling == "iid",
+            spec.task.NOT_ANTITHETIC is None or spec.pretrain.sampling == "iid",
             "pretrain.sampling",
-            "must be iid for image tasks (an antithetic pair X, -X with label -y needs a symmetric data law; "
-            "a negated image is not an image of the other class); set pretrain.sampling: iid",
+            f"must be iid for {spec.task.NOT_ANTITHETIC}; set pretrain.sampling: iid",
         )
         return spec
 
@@ -369,10 +373,14 @@ def check_population(spec: RunSpec) -> None:
     )
 
 
+# The spec class of each task kind (the kind's other declarations: data/kinds.py).
+TASK_SPECS = {"synthetic": TaskSpec, "images": ImageTaskSpec}
+
+
 def _task_class(raw: Any):
-    """TaskSpec or ImageTaskSpec, from ``task.kind`` (default synthetic)."""
+    """The spec class of ``task.kind`` (default: the schema's)."""
     kind = raw.get("kind", _TASK["kind"]) if isinstance(raw, dict) else _TASK["kind"]
-    return ImageTaskSpec if kind == "images" else TaskSpec
+    return TASK_SPECS.get(kind, TaskSpec)  # an unknown kind: TaskSpec refuses it, naming the key
 
 
 def config_hash(obj: Any) -> str:

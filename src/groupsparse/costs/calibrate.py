@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..data.kinds import kind_of
+
 CALIBRATION_FILE = "calibration.json"
 ESTIMATE_FILE = "estimate.json"
 MAX_AGE_S = 3600  # a calibration older than this (or from another host/thread count) is redone
@@ -156,8 +158,8 @@ def job_predictions(runs: dict, config: dict, cal: dict) -> dict[str, float]:
             small[f"figures/{name}"] = "figures"
             if run.transfer is not None:
                 small[f"figures/{name}.transfer"] = "figures"
-            if run.spec["task"].get("kind") == "images":
-                small[f"figures/{name}.images"] = "image_figures"
+            for rule in kind_of(run.spec["task"]).figure_rules:  # a kind's own figures (data/kinds.py)
+                small[f"figures/{name}.{rule}"] = rule
     if any(run.role in ("scaling", "ablation") for run in runs.values()):
         small["scaling"] = "scaling"
     out |= {job: start + SMALL_JOB_S[kind] * cal["pretrain_scale"] for job, kind in small.items()}

@@ -7,6 +7,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from ..data.kinds import DEFAULT_KIND, kind_of
 from .model import (
     COEFFS_PATH,
     FIT_TERMS,
@@ -43,7 +44,7 @@ def _pre_row(r: dict) -> dict:
     return {
         "dtype": r["dtype"],
         "path": r["path"],
-        "kind": r.get("kind") or "synthetic",
+        "kind": r.get("kind") or DEFAULT_KIND,
         "flops": pretrain_flops(r["path"], S, L, d, D, m, T, B, R, E),
         "draws": S * T * B * D * d,
         **pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, r["path"]),
@@ -128,12 +129,15 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
         if ratios:
             factors[path] = max(statistics.median(ratios), 0.1)
     m0, mi, mp, mt = _nnls_relative(
-        [[1.0, float(p["kind"] == "images"), p["persistent_bytes"] / 2**20, p["transient_bytes"] / 2**20] for p in pre],
+        [
+            [1.0, float(kind_of(p["kind"]).loads_dataset), p["persistent_bytes"] / 2**20, p["transient_bytes"] / 2**20]
+            for p in pre
+        ],
         [p["mem_mb"] for p in pre],
     )
     coeffs: dict[str, Any] = {
         "pretrain": base
-        | {"path_factor": factors, "m0_mb": m0, "m_images_mb": mi, "m_persistent": mp, "m_transient": mt}
+        | {"path_factor": factors, "m0_mb": m0, "m_dataset_mb": mi, "m_persistent": mp, "m_transient": mt}
     }
 
     fits_rows = _fit_lines(data)

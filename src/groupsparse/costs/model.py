@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.kinds import kind_of
 from ..transfer import methods as registry
 from .work import (
     Fit,
@@ -29,7 +30,7 @@ MEM_FLOOR_MB = 256
 GPU_NOTE = "estimate (no GPU measurement)"
 # Assumed sustained throughput of a data-centre GPU on these small batched GEMMs (well below
 # peak) and the cost of one python-level step (a few kernel launches); stated, not measured.
-# A pretraining step runs a few hundred small kernels per seed (fastpath.py), ~7 us each to launch;
+# A pretraining step runs a few hundred small kernels per seed (model/fastpath.py), ~7 us each to launch;
 # a transfer step (one SGD sample, one minibatch) a few dozen.
 GPU_ASSUMPTIONS = {
     "flops_per_s": {"float32": 5e12, "float64": 2e12},
@@ -103,7 +104,7 @@ def pretrain_mem_mb(f: dict, c: dict) -> float:
     p = c["pretrain"]
     return (
         p["m0_mb"]
-        + p["m_images_mb"] * (f["kind"] == "images")
+        + p["m_dataset_mb"] * kind_of(f["kind"]).loads_dataset
         + p["m_persistent"] * f["persistent_bytes"] / 2**20
         + p["m_transient"] * f["transient_bytes"] / 2**20
     )

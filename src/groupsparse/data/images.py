@@ -27,6 +27,7 @@ How an input is built (our choice; the paper's patch construction is not recover
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pickle
 from dataclasses import dataclass
@@ -267,6 +268,10 @@ class ImageGroupTask:
     def j_star(self) -> int:
         return int(self.relevant[0])
 
+    def with_relevant(self, relevant: torch.Tensor) -> ImageGroupTask:
+        """The same images with another labelled slot (the negative control moves j*)."""
+        return dataclasses.replace(self, relevant=relevant)
+
     def draw(self, n: int, gen: torch.Generator, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
         """Rows of ``features`` for each slot (n, D) and labels y in {-1, +1} (n,) float64."""
         if split not in self.pools:
@@ -354,3 +359,15 @@ def image_downstream_task(run_spec, seed: int, transfer_classes: tuple[str, str]
         raise ConfigError(f"task.kind: image_downstream_task needs an image task, got {spec.kind!r}")
     pair = tuple(spec.transfer_classes if transfer_classes is None else transfer_classes)
     return make_image_task(spec, *task_identity(run_spec, seed), classes=pair)  # type: ignore[arg-type]
+
+
+def downstream_task(run_spec, seed: int, transfer, base=None) -> ImageGroupTask:
+    """The transfer task of an image run: ``task.transfer_classes`` at the same slot j* (the
+    synthetic settings ``transfer.angle_deg`` and ``transfer.sigma_x`` do not apply)."""
+    for key in ("angle_deg", "sigma_x"):
+        if getattr(transfer, key) is not None:
+            raise ConfigError(
+                f"transfer.{key}: applies to synthetic tasks only; the task is an image task "
+                "(its downstream task is task.transfer_classes); set it to null"
+            )
+    return image_downstream_task(run_spec, seed)

@@ -6,12 +6,13 @@ The label is y = sign(sum_k <v_k, x_{j_k}>) over the K relevant groups (K = 1 in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 
-from ..config.seeding import torch_generator
+from ..config.seeding import torch_generator, transfer_identity
 from ..config.specs import TaskSpec
 
 
@@ -29,6 +30,10 @@ class GroupSparseTask:
     @property
     def v_star(self) -> torch.Tensor:
         return self.directions[0]
+
+    def with_relevant(self, relevant: torch.Tensor) -> GroupSparseTask:
+        """The same law with other relevant groups (the negative control moves j*)."""
+        return GroupSparseTask(dataclasses.replace(self.spec, j_star=int(relevant[0])), relevant, self.directions)
 
     def sample(
         self,
@@ -76,8 +81,8 @@ class GroupSparseTask:
         m = n // 2 if antithetic else n
         rel = self.relevant.to(gen.device)
         if dtype == torch.float64:
-            # float64: the samples of earlier versions, bit for bit (drawn sample by sample, then
-            # laid out), so the study's float64 results (scaling grid, ablations) stand as they were
+            # float64: drawn sample by sample, then laid out, so a float64 run (the scaling grid, the
+            # ablations) draws the very samples its recorded tables were made from
             Xs = _draw_features(spec, m, gen, dtype, inner=False)
             clean = torch.sign(torch.einsum("bkd,kd->b", Xs[:, rel, :], self.directions.to(Xs.device)))
             X = Xs.permute(2, 1, 0).contiguous()
@@ -206,14 +211,27 @@ def direction_at_angle(v: torch.Tensor, angle_deg: float, gen: torch.Generator) 
     return math.cos(a) * v + math.sin(a) * w
 
 
+def downstream_task(run_spec, seed: int, transfer, base: GroupSparseTask) -> GroupSparseTask:
+    """The transfer task of repetition ``seed``: the relevant groups of ``base``, new directions v~*
+    (fresh unit vectors, or at ``transfer.angle_deg`` to v*), optionally another sigma_x."""
+    gen = torch_generator(*transfer_identity(run_spec, seed, "transfer"), "direction")
+    if transfer.angle_deg is None:
+        directions = torch.randn(base.directions.shape, generator=gen, dtype=torch.float64)
+        directions = directions / directions.norm(dim=1, keepdim=True)
+    else:
+        directions = torch.stack([direction_at_angle(v, transfer.angle_deg, gen) for v in base.directions])
+    task_spec = run_spec.task
+    if transfer.sigma_x is not None:
+        task_spec = dataclasses.replace(task_spec, sigma_x=transfer.sigma_x)
+    return GroupSparseTask(task_spec, base.relevant.clone(), directions)
+
+
 def make_task(spec, *identity: object, **kwargs):
-    """The task of one repetition, by ``spec.kind``: synthetic (``draw_task``) or images.
+    """The task of one repetition, made by its kind (data.kinds: ``draw_task`` for a synthetic one).
 
-    Image tasks (``images.ImageGroupTask``) share the interface (spec, relevant, j_star,
-    sample) but have no direction v* and sample with ``split="train"|"test"``.
+    Every kind's task shares the interface (spec, relevant, j_star, sample, with_relevant); an
+    image task has no direction v* and samples with ``split="train"|"test"``.
     """
-    if getattr(spec, "kind", "synthetic") == "images":
-        from .images import make_image_task
+    from .kinds import make_task as by_kind
 
-        return make_image_task(spec, *identity, **kwargs)
-    return draw_task(spec, *identity, **kwargs)
+    return by_kind(spec, *identity, **kwargs)

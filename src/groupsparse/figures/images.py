@@ -53,7 +53,7 @@ def examples_figure(spec, tensors, meta, title: str, outdir, count: int, seed: i
     import torch
 
     from ..config.seeding import task_identity, torch_generator
-    from ..data.synthetic import make_task
+    from ..data.kinds import make_task
     from ..io.files import InputError
     from ..model.transformer import embed, forward
     from ..training.pretrain import DTYPES

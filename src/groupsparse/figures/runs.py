@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..data.kinds import DEFAULT_KIND
 from . import pyplot, save
 
 plt = pyplot()
@@ -18,7 +19,7 @@ def describe(spec: dict | None, run: str) -> str:
     if not spec:
         return run
     t, p = spec["task"], spec["pretrain"]
-    kind = t.get("kind", "synthetic")
+    kind = t.get("kind", DEFAULT_KIND)
     return (
         f"{run} ({kind}): d={t.get('d')}, D={t.get('D')}, eta={p['eta']}, batch={p['batch']}, "
         f"{p['sampling']}, {spec['dtype']}"

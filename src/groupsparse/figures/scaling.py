@@ -156,7 +156,7 @@ def convergence_figure(records: list[FitRecord], descriptive: bool = False):
     figures, each at most MAX_PANELS panels, none of only censored markers."""
     what = "fixed thresholds" if descriptive else "the theorem's targets"
     # theorem targets carry a constant c; fixed thresholds (and the loss target) do not. Both are rates
-    # now (the bound's constant kappa_c is the claim), so the split goes by the target, not the flag
+    # (the bound's constant kappa_c is the claim), so the split goes by the target, not the flag
     records = sorted((r for r in records if ("c" not in r.group) == descriptive), key=lambda r: r.group.get("d", 0))
     records, dropped = drawable(records)
     records, extra = records[:MAX_PANELS], records[MAX_PANELS:]

@@ -76,20 +76,11 @@ def write_text_atomic(path, text: str) -> None:
 
 
 def content_path(folder, stem: str, text: str) -> Path:
-    """Where content_file keeps ``text``: ``folder/stem.<first 12 hex digits of its sha256>.json``."""
+    """Where a spec file holding ``text`` lives: ``folder/stem.<first 12 hex digits of its sha256>.json``
+    (a changed spec is a new file, so the jobs it affects rerun and no other)."""
     import hashlib
 
     return Path(folder) / f"{stem}.{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
-
-
-def content_file(folder, stem: str, text: str) -> Path:
-    """``folder/stem.<hash of text>.json`` holding ``text``, written once (atomically) and never
-    changed: a job's spec passed by a short path, and a changed spec is a new file, so the
-    jobs it affects rerun and no other."""
-    path = content_path(folder, stem, text)
-    if not (path.is_file() and path.read_text() == text):
-        write_text_atomic(path, text)
-    return path
 
 
 @functools.lru_cache(maxsize=1)

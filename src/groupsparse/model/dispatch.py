@@ -82,9 +82,10 @@ def plan(spec, symmetric_min_D: int = SYMMETRIC_MIN_D, kernel: str | None = None
 
 
 def _on_subspace(spec) -> bool:
-    """Whether every step of the run is on the X -> -X subspace: antithetic batches of a synthetic
-    task from the zero start (the closed forms keep v2 and W's cross blocks exactly 0 there)."""
-    return spec.pretrain.sampling == "antithetic" and spec.model.init == "zero" and spec.task.kind == "synthetic"
+    """Whether every step of the run is on the X -> -X subspace: antithetic batches (which only a task
+    kind with a symmetric law allows) from the zero start, where the closed forms keep v2 and W's
+    cross blocks exactly 0."""
+    return spec.pretrain.sampling == "antithetic" and spec.model.init == "zero"
 
 
 def _choose(spec, symmetric_min_D: int) -> Plan:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import fill_defaults, one_line, schema_problem, shown
-from ..data.cifar import cifar_folder_problem
+from ..data.kinds import kind_of
 
 # Nodes a config may hold once YAML aliases are expanded (the default study has about 400).
 MAX_CONFIG_NODES = 100_000
@@ -95,14 +95,13 @@ def config_file_problem(path: str | os.PathLike) -> str | None:
 
 
 def input_problems(runs: dict[str, Any], where_of) -> list[str]:
-    """Input files the study reads but cannot find (CIFAR-10 batches)."""
+    """Input files the study reads but cannot find (its task kinds' data: CIFAR-10 batches)."""
     problems = []
     for name, run in runs.items():
         task = run.spec["task"]
-        if task.get("kind") == "images" and task.get("dataset") == "cifar10":
-            problem = cifar_folder_problem(task["path"], f"{where_of(name)}.task.path", fetchable=True)
-            if problem and problem not in problems:
-                problems.append(problem)
+        problem = kind_of(task).input_problem(task, f"{where_of(name)}.task")
+        if problem and problem not in problems:
+            problems.append(problem)
     return problems
 
 
@@ -283,20 +282,17 @@ def _shown_paths(config_files) -> list[str]:
     return [shown(p) for p in config_files]
 
 
-def record_owner(results: str | os.PathLike, config_files=()) -> None:
-    """Record, once, which config files own ``results`` (after every parse-time check passed)."""
+def owner_record(config_files=()) -> str:
+    """What results/<study>/study_config.json holds: which config files own the folder (written by
+    the workflow's first job, rule results_owner, once every parse-time check has passed)."""
     import json
 
-    from ..io.files import write_text_atomic
-
-    owner = Path(results) / OWNER_FILE
-    if not owner.exists():
-        write_text_atomic(owner, json.dumps({"config_files": _shown_paths(config_files)}, indent=1) + "\n")
+    return json.dumps({"config_files": _shown_paths(config_files)}, indent=1) + "\n"
 
 
 def results_owner_problem(results: str | os.PathLike, config_files=()) -> str | None:
     """None if ``results`` belongs to these config files (recorded in results/<study>/study_config.json
-    on first use by :func:`record_owner`), else why not: a copied config that kept its study_name
+    by the study's first job: :func:`owner_record`), else why not: a copied config that kept its study_name
     must never silently replace another config's results. Editing a setting in the same file is fine."""
     import json
 

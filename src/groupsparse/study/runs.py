@@ -168,119 +168,140 @@ def _with_length(pre: dict, steps: int, scaling: dict) -> dict:
 
 
 def expand(config: dict, checked: bool = False) -> dict[str, Run]:
-    """All pretraining runs of the study, by name (validated: the schema unless ``checked`` (by
-    study.preflight, the Snakefile's one check), its defaults filled in ``config`` in place, then
-    the cross-field rules)."""
+    """All pretraining runs of the study, by name, after the cross-field rules. ``checked``: ``config``
+    passed the schema and holds its defaults (study.preflight.check_study, the Snakefile's one check);
+    else both are done here, the defaults filled in ``config`` in place."""
     if not checked:
         check_study(config)
-    fill_defaults(config, study_schema())
+        fill_defaults(config, study_schema())
     runs: dict[str, Run] = {}
-    tasks = config["tasks"]
-    for name, entry in tasks.items():
+    for name, entry in config["tasks"].items():
         runs[name] = _make_run(config, name, entry or {}, "task", f"tasks.{name}")
-
     scaling = config["scaling"]  # filled: the schema's {enabled: false} where absent
     if scaling["enabled"]:
-        base = scaling.get("task", {})
-        stray = sorted(set(scaling.get("transfer_D_grid", [])) - set(scaling["D_grid"]))
-        if stray:
-            raise ConfigError(f"scaling.transfer_D_grid: {stray} not in scaling.D_grid {scaling['D_grid']}")
-        for d in scaling.get("d_grid", [base.get("d", TaskSpec.d)]):
-            for D in scaling["D_grid"]:
-                name = f"scale_d{d}_D{D}"
-                with_transfer = D in scaling.get("transfer_D_grid", scaling["D_grid"])
+        runs |= _grid_runs(config, scaling) | _batch_runs(config, scaling) | _stability_runs(config, scaling)
+    if config["ablations"]["enabled"]:  # filled, as scaling
+        runs |= _ablation_runs(config, config["ablations"])
+    return runs
+
+
+def _outside_grid(Ds: list[int], scaling: dict, where: str) -> None:
+    stray = sorted(set(Ds) - set(scaling["D_grid"]))
+    if stray:
+        raise ConfigError(f"{where}: {stray} not in scaling.D_grid {scaling['D_grid']}")
+
+
+def _grid_runs(config: dict, scaling: dict) -> dict[str, Run]:
+    """The scaling grid (section 6.3): scale_d<d>_D<D>, with transfer at the levels of transfer_D_grid."""
+    base = scaling.get("task", {})
+    _outside_grid(scaling.get("transfer_D_grid", []), scaling, "scaling.transfer_D_grid")
+    runs = {}
+    for d in scaling.get("d_grid", [base.get("d", TaskSpec.d)]):
+        for D in scaling["D_grid"]:
+            name = f"scale_d{d}_D{D}"
+            with_transfer = D in scaling.get("transfer_D_grid", scaling["D_grid"])
+            entry = {
+                "task": base | {"d": d, "D": D},
+                "pretrain": _scaling_pretrain(config, scaling, D),
+                "transfer": scaling.get("transfer", {"enabled": False}) if with_transfer else {"enabled": False},
+                "dtype": scaling.get("dtype"),
+            }
+            runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
+    return runs
+
+
+def _batch_runs(config: dict, scaling: dict) -> dict[str, Run]:
+    """The grid's tasks at other batches, pretraining only, paired by seed (section 6.4)."""
+    base = scaling.get("task", {})
+    checks = scaling.get("batch_check") or []
+    listed = isinstance(checks, list)
+    runs = {}
+    for i, check in enumerate(checks if listed else [checks]):
+        where = "scaling.batch_check" + (f"[{i}]" if listed else "")
+        d = check["d"]
+        Ds = check["D"] if isinstance(check["D"], list) else [check["D"]]
+        _outside_grid(Ds, scaling, f"{where}.D")
+        factor = check.get("eta_factor")
+        for D in Ds:
+            for b in check["batches"]:
+                variant = check_variant(b, factor)
+                name = f"scale_d{d}_D{D}_{variant}"
+                pre = _scaling_pretrain(config, scaling, D) | {"batch": b}
+                flow = check.get("flow_time_per_D3") or scaling.get("flow_time_per_D3")
+                if factor not in (None, 1):
+                    grid_eta = _step_size(config, pre, D)
+                    pre["eta"], pre["eta_D_limit"] = grid_eta * factor, None  # the grid's eta(D) x factor
+                    if not flow:  # the grid's length in steps at its eta: the same flow time at this one
+                        pre = _with_length(pre, math.ceil(pre["steps"] / factor), scaling)
+                if flow:
+                    pre = _with_length(pre, math.ceil(float(flow) * D**3 / _step_size(config, pre, D)), scaling)
                 entry = {
+                    "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
                     "task": base | {"d": d, "D": D},
-                    "pretrain": _scaling_pretrain(config, scaling, D),
-                    "transfer": scaling.get("transfer", {"enabled": False}) if with_transfer else {"enabled": False},
+                    "pretrain": pre,
+                    "transfer": {"enabled": False},
                     "dtype": scaling.get("dtype"),
                 }
-                runs[name] = _make_run(config, name, entry, "scaling", f"scaling[{name}]")
-        checks = scaling.get("batch_check") or []
-        checks = checks if isinstance(checks, list) else [checks]
-        for i, check in enumerate(checks):  # the same (d, D) at other batches, pretraining only (section 6.4)
-            where = "scaling.batch_check" + (f"[{i}]" if isinstance(scaling["batch_check"], list) else "")
-            d = check["d"]
-            Ds = check["D"] if isinstance(check["D"], list) else [check["D"]]
-            stray = sorted(set(Ds) - set(scaling["D_grid"]))
-            if stray:
-                raise ConfigError(f"{where}.D: {stray} not in scaling.D_grid {scaling['D_grid']}")
-            factor = check.get("eta_factor")
-            for D in Ds:
-                for b in check["batches"]:
-                    variant = check_variant(b, factor)
-                    name = f"scale_d{d}_D{D}_{variant}"
-                    pre = _scaling_pretrain(config, scaling, D) | {"batch": b}
-                    flow = check.get("flow_time_per_D3") or scaling.get("flow_time_per_D3")
-                    if factor not in (None, 1):
-                        grid_eta = _step_size(config, pre, D)
-                        pre["eta"], pre["eta_D_limit"] = grid_eta * factor, None  # the grid's eta(D) x factor
-                        if not flow:  # the grid's length in steps at its eta: the same flow time at this one
-                            pre = _with_length(pre, math.ceil(pre["steps"] / factor), scaling)
-                    if flow:
-                        steps = math.ceil(float(flow) * D**3 / _step_size(config, pre, D))
-                        pre = _with_length(pre, steps, scaling)
-                    entry = {
-                        "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
-                        "task": base | {"d": d, "D": D},
-                        "pretrain": pre,
-                        "transfer": {"enabled": False},
-                        "dtype": scaling.get("dtype"),
-                    }
-                    runs[name] = _make_run(config, name, entry, "scaling", f"{where}.batches[{b}]", variant)
-        stability = scaling.get("stability")
-        if stability:  # ordinary training (autograd, a perturbed start) at every D of the grid
-            d = stability["d"]
-            for vname, variant in stability["variants"].items():
-                Ds = variant.get("D_grid", scaling["D_grid"])
-                stray = sorted(set(Ds) - set(scaling["D_grid"]))
-                if stray:
-                    raise ConfigError(
-                        f"scaling.stability.variants.{vname}.D_grid: {stray} not in scaling.D_grid {scaling['D_grid']}"
-                    )
-                for D in Ds:
-                    name = f"stab_{vname}_d{d}_D{D}"
-                    pre = deep_merge(scaling.get("pretrain") or {}, variant.get("pretrain"))
-                    pre |= {"seeds": stability["seeds"], "seeds_per_job": stability["seeds"]}
-                    if stability.get("flow_time_per_D3"):
-                        steps = math.ceil(float(stability["flow_time_per_D3"]) * D**3 / _step_size(config, pre, D))
-                    else:
-                        steps = math.ceil(float(stability["steps_per_D3"]) * D**3)
-                    pre = _with_length(pre, steps, scaling)
-                    entry = {
-                        "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
-                        "task": base | {"d": d, "D": D},
-                        "model": variant.get("model"),
-                        "pretrain": pre,
-                        "transfer": {"enabled": False},
-                        "dtype": variant.get("dtype") or scaling.get("dtype"),
-                    }
-                    runs[name] = _make_run(config, name, entry, "scaling", f"scaling.stability.variants.{vname}", vname)
+                runs[name] = _make_run(config, name, entry, "scaling", f"{where}.batches[{b}]", variant)
+    return runs
 
-    ablations = config["ablations"]  # filled, as scaling
-    if ablations["enabled"]:
-        base_name = ablations["base_task"]
-        if base_name not in tasks:
-            raise ConfigError(f"ablations.base_task: {base_name!r} is not a task; tasks: {', '.join(tasks)}")
-        base_entry = tasks[base_name] or {}
-        for vname, variant in (ablations.get("variants") or {}).items():
-            name = f"ablation_{vname}"
+
+def _stability_runs(config: dict, scaling: dict) -> dict[str, Run]:
+    """Ordinary training (autograd, a perturbed start) at every D of the grid (section 6.4)."""
+    stability = scaling.get("stability")
+    if not stability:
+        return {}
+    base, d = scaling.get("task", {}), stability["d"]
+    runs = {}
+    for vname, variant in stability["variants"].items():
+        Ds = variant.get("D_grid", scaling["D_grid"])
+        _outside_grid(Ds, scaling, f"scaling.stability.variants.{vname}.D_grid")
+        for D in Ds:
+            name = f"stab_{vname}_d{d}_D{D}"
+            pre = deep_merge(scaling.get("pretrain") or {}, variant.get("pretrain"))
+            pre |= {"seeds": stability["seeds"], "seeds_per_job": stability["seeds"]}
+            if stability.get("flow_time_per_D3"):
+                steps = math.ceil(float(stability["flow_time_per_D3"]) * D**3 / _step_size(config, pre, D))
+            else:
+                steps = math.ceil(float(stability["steps_per_D3"]) * D**3)
+            pre = _with_length(pre, steps, scaling)
             entry = {
-                "data_identity": base_name,  # same data stream as the base task where the law allows
-                "task": deep_merge(base_entry.get("task", {}), (variant or {}).get("task")),
-                "model": (variant or {}).get("model"),
-                "pretrain": deep_merge(ablations.get("pretrain", {}), (variant or {}).get("pretrain")),
-                "transfer": ablations.get("transfer", {"enabled": False}),
-                "dtype": (variant or {}).get("dtype") or ablations.get("dtype"),
+                "data_identity": f"scale_d{d}_D{D}",  # the grid run's tasks: a paired comparison
+                "task": base | {"d": d, "D": D},
+                "model": variant.get("model"),
+                "pretrain": pre,
+                "transfer": {"enabled": False},
+                "dtype": variant.get("dtype") or scaling.get("dtype"),
             }
-            runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}", vname)
-        # the reference point of the ablations: the base task under the ablations' own budget
-        ref = {
-            "data_identity": base_name,
-            "task": base_entry.get("task", {}),
-            "pretrain": ablations.get("pretrain"),
+            runs[name] = _make_run(config, name, entry, "scaling", f"scaling.stability.variants.{vname}", vname)
+    return runs
+
+
+def _ablation_runs(config: dict, ablations: dict) -> dict[str, Run]:
+    """ablation_<variant> for each variant of the base task, and the reference ablation_none (section 6)."""
+    tasks, base_name = config["tasks"], ablations["base_task"]
+    if base_name not in tasks:
+        raise ConfigError(f"ablations.base_task: {base_name!r} is not a task; tasks: {', '.join(tasks)}")
+    base_entry = tasks[base_name] or {}
+    runs = {}
+    for vname, variant in (ablations.get("variants") or {}).items():
+        name = f"ablation_{vname}"
+        entry = {
+            "data_identity": base_name,  # same data stream as the base task where the law allows
+            "task": deep_merge(base_entry.get("task", {}), (variant or {}).get("task")),
+            "model": (variant or {}).get("model"),
+            "pretrain": deep_merge(ablations.get("pretrain", {}), (variant or {}).get("pretrain")),
             "transfer": ablations.get("transfer", {"enabled": False}),
-            "dtype": ablations.get("dtype"),
+            "dtype": (variant or {}).get("dtype") or ablations.get("dtype"),
         }
-        runs["ablation_none"] = _make_run(config, "ablation_none", ref, "ablation", "ablations", "none")
+        runs[name] = _make_run(config, name, entry, "ablation", f"ablations.variants.{vname}", vname)
+    # the reference point of the ablations: the base task under the ablations' own budget
+    ref = {
+        "data_identity": base_name,
+        "task": base_entry.get("task", {}),
+        "pretrain": ablations.get("pretrain"),
+        "transfer": ablations.get("transfer", {"enabled": False}),
+        "dtype": ablations.get("dtype"),
+    }
+    runs["ablation_none"] = _make_run(config, "ablation_none", ref, "ablation", "ablations", "none")
     return runs

@@ -100,7 +100,7 @@ class Trainer(Recording):
         eval_gens = [torch_generator(*task_identity(spec, s), "eval", device=gen_device) for s in self.seeds]
         # an i.i.d. evaluation set (an antithetic one, X with -X, gives each mirrored pair identical
         # attention and accuracy, halving its effective size); images: held-out test images
-        eval_kw = {"antithetic": False, "split": "test"} if ts.kind == "images" else {"antithetic": False}
+        eval_kw = {"antithetic": False, "split": "test"}  # a task of a kind with one law ignores the split
         self._draw_kw = {} if self.draw_dtype == self.dtype else {"draw_dtype": self.draw_dtype}
         Xe, ye = zip(
             *[

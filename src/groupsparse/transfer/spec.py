@@ -1,7 +1,7 @@
 """Settings of the transfer comparison (docs/STUDY.md section 4).
 
 Pure Python (no torch): the Snakefile checks ``transfer:`` at parse time (check_transfer: the
-schema's ranges, then the method registry's names and settings); a job trusts its spec file. Sample sizes
+schema's ranges, then the method registry's names and settings), and a job its spec file. Sample sizes
 and methods are not part of the spec: they are the job's grid (CLI ``--sizes``,
 ``--methods``), and splitting the grid across jobs changes no number.
 Every error is a ``specs.ConfigError`` naming ``transfer.<key>``.
@@ -48,7 +48,7 @@ class TransferSpec:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> TransferSpec:
-        """The spec of a checked transfer section (check_transfer at parse time; a job trusts its spec file)."""
+        """The spec of a checked transfer section (check_transfer: at parse time, and by the job)."""
         raw = {k: v for k, v in (raw or {}).items() if k not in GRID_KEYS}
         for key in ("downstream", "control_methods"):
             if raw.get(key) is not None:
@@ -92,7 +92,7 @@ class TransferSpec:
         d = asdict(self)
         d["downstream"] = list(self.downstream)
         if self.control_methods is None:
-            del d["control_methods"]  # absent = every method: specs written before the key keep their hash
+            del d["control_methods"]  # absent = every method: a spec that leaves the key out keeps its hash
         else:
             d["control_methods"] = list(self.control_methods)
         return d

@@ -15,7 +15,7 @@ import torch
 
 from ..config.seeding import task_identity, torch_generator, transfer_identity
 from ..config.specs import ConfigError, RunSpec
-from ..data import synthetic as data
+from ..data import kinds
 from ..io.files import InputError
 from ..model.transformer import init_params, token_width
 from .spec import TransferSpec
@@ -23,7 +23,7 @@ from .spec import TransferSpec
 
 def pretrain_task(run_spec: RunSpec, seed: int):
     """The pretraining task of repetition ``seed``, rebuilt from its hashed identity."""
-    return data.make_task(run_spec.task, *task_identity(run_spec, seed))
+    return kinds.make_task(run_spec.task, *task_identity(run_spec, seed))
 
 
 def train_generator(run_spec: RunSpec, seed: int, downstream: str, n: int) -> torch.Generator:
@@ -59,47 +59,13 @@ def make_downstream_tasks(run_spec: RunSpec, seed: int, spec: TransferSpec, base
     Image tasks transfer to ``task.transfer_classes`` at the same slot j*.
     """
     base = pretrain_task(run_spec, seed) if base is None else base
-    if getattr(run_spec.task, "kind", "synthetic") == "images":
-        transfer = _image_transfer(run_spec, seed, spec)
-    else:
-        transfer = _synthetic_transfer(run_spec, seed, spec, base)
+    transfer = kinds.downstream_task(run_spec, seed, spec, base)
     tasks = {"transfer": transfer}
     if "negative_control" in spec.downstream:
-        j_new = _moved_j_star(run_spec, seed, base.relevant)
         relevant = transfer.relevant.clone()
-        relevant[0] = j_new
-        if isinstance(transfer, data.GroupSparseTask):
-            tasks["negative_control"] = data.GroupSparseTask(
-                dataclasses.replace(transfer.spec, j_star=j_new), relevant, transfer.directions
-            )
-        else:
-            tasks["negative_control"] = dataclasses.replace(transfer, relevant=relevant)
+        relevant[0] = _moved_j_star(run_spec, seed, base.relevant)
+        tasks["negative_control"] = transfer.with_relevant(relevant)
     return {name: tasks[name] for name in spec.downstream}
-
-
-def _synthetic_transfer(run_spec: RunSpec, seed: int, spec: TransferSpec, base: data.GroupSparseTask):
-    gen = torch_generator(*transfer_identity(run_spec, seed, "transfer"), "direction")
-    if spec.angle_deg is None:
-        directions = torch.randn(base.directions.shape, generator=gen, dtype=torch.float64)
-        directions = directions / directions.norm(dim=1, keepdim=True)
-    else:
-        directions = torch.stack([data.direction_at_angle(v, spec.angle_deg, gen) for v in base.directions])
-    task_spec = run_spec.task
-    if spec.sigma_x is not None:
-        task_spec = dataclasses.replace(task_spec, sigma_x=spec.sigma_x)
-    return data.GroupSparseTask(task_spec, base.relevant.clone(), directions)
-
-
-def _image_transfer(run_spec: RunSpec, seed: int, spec: TransferSpec):
-    for key in ("angle_deg", "sigma_x"):
-        if getattr(spec, key) is not None:
-            raise ConfigError(
-                f"transfer.{key}: applies to synthetic tasks only; the task is an image task "
-                "(its downstream task is task.transfer_classes); set it to null"
-            )
-    from ..data.images import image_downstream_task
-
-    return image_downstream_task(run_spec, seed)
 
 
 def _moved_j_star(run_spec: RunSpec, seed: int, relevant: torch.Tensor) -> int:
