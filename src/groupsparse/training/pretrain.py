@@ -68,6 +68,8 @@ class PretrainResult:
 class Trainer(Recording):
     """Holds the batched state; ``run`` performs gradient descent with recording and resume."""
 
+    params = descent.Parameters()  # per seed; population mode on the loops builds W and v when they are read
+
     def __init__(
         self,
         spec: RunSpec,
@@ -122,7 +124,7 @@ class Trainer(Recording):
         self.inner_draws = self.closed_form and all(hasattr(t, "sample_inner") for t in self.tasks)
         self.positions = sine_positions(ts.D, self.dtype, self.device) if self.closed_form else None
         self._mirror_checked = False
-        self.descent = descent.make(spec, self.plan, self.tasks, self.positions, self.dtype, self.device)
+        self.descent = descent.make(spec, self.plan, self.tasks, self.positions, self.dtype, self.device, self.scale)
         cpu.keep_freed_memory()  # a step's temporaries would otherwise cost thousands of page faults
         self.workers = cpu.SeedWorkers(torch.get_num_threads(), len(self.seeds), self.device)
         self.resume_path = Path(resume_path) if resume_path else None
@@ -182,6 +184,9 @@ class Trainer(Recording):
     def _closed_form_grads(self, inputs):
         """Loss and gradients of every seed by the plan's closed form; ``inputs(s)``: seed s's X (d, D, H), y (H,).
         The gradients are what the descent needs of them (population mode: the subspace's coefficients')."""
+        if self.plan.from_coefficients:  # no W: the coefficients in, their gradient out
+            out = self.workers.map(lambda s: self.descent.loss_and_gradient(s, *inputs(s)), len(self.seeds))
+            return torch.stack([loss for loss, _ in out]), self.descent.stack([g for _, g in out])
         W, v = self.params["layer0.W"], self.params["v"]
 
         def one(s):
@@ -237,7 +242,7 @@ class Trainer(Recording):
 
     def descend(self, grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
         """One step for the seeds still ``active`` (S,) bool; the others stay frozen."""
-        self.params = self.descent.step(self.params, grads, active)
+        self._params = self.descent.step(self._params, grads, active)
 
     # -- resume ---------------------------------------------------------------------
     def _save_resume(self, step, rows, att_rows, status, diverged_step, last_finite, initial_loss, above):
