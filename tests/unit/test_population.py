@@ -231,6 +231,30 @@ def population_columns() -> list[str]:
     return [f"pop_{name}" for name in population.COEFFICIENTS]
 
 
+def test_the_population_loops_vectorise_in_float32_only():
+    """As the symmetric loops (test_symmetric.py): every vectorised operation is on float32 lanes; the
+    per-sample sums added in float64 are scalar."""
+    import re
+
+    from numba import njit
+
+    from groupsparse.model import population_loops, symmetric_loops
+
+    fresh = njit(**dict(symmetric_loops.FMA, cache=False))(population_loops.loss_and_sums.py_func)  # inspectable
+    gen = torch.Generator().manual_seed(2)
+    d, D, H = 5, 12, 40
+    X = torch.randn(d, D, H, generator=gen).numpy()
+    y = torch.sign(torch.randn(H, generator=gen)).numpy()
+    v = (torch.ones(d) / d**0.5).numpy()
+    CT, ppT = torch.randn(D, D, generator=gen).numpy(), torch.empty(D, D).numpy()
+    f32 = population_loops.np.float32
+    fresh(X, v, CT, f32(0.1), f32(0.2), f32(0.3), y, ppT, torch.empty(3, dtype=torch.float64).numpy())
+    ir = next(iter(fresh.overloads.values())).library.get_llvm_str()
+    vector_op = r"= (?:fadd|fsub|fmul|fdiv|call)[^\n]*<\d+ x {}>"
+    assert len(re.findall(vector_op.format("float"), ir)) > 50
+    assert not re.findall(vector_op.format("double"), ir)
+
+
 def test_seeds_differ_only_by_monte_carlo_error():
     """Two seeds (their own j*, v*, data) follow one population trajectory: at a batch of 1024 their
     coefficients after 40 steps differ by much less than the coefficients themselves."""

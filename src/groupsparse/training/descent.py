@@ -147,9 +147,12 @@ class SubspaceDescent(GradientDescent):
         return {"layer0.W": W, "v": v}
 
     def step(self, params, grads, active):
-        keep = active.to(self.coef.device)
-        self.coef = torch.where(keep[:, None], self.coef - self.eta * grads["population"], self.coef)
-        moved = [s for s in range(len(self.tasks)) if bool(active[s])]
+        moved = active.nonzero().flatten().tolist()
+        if len(moved) == len(self.tasks):  # the usual case: the same numbers as below, without the where
+            self.coef = self.coef - self.eta * grads["population"]
+        else:
+            keep = active.to(self.coef.device)
+            self.coef = torch.where(keep[:, None], self.coef - self.eta * grads["population"], self.coef)
         if self.steps is not None:
             self.stale.update(moved)
             return params
