@@ -13,9 +13,10 @@ machines this runs on are shared and noisy. See benchmarks/README.md for what ea
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import functools
+import os
+import re
 import statistics
 import sys
 import tempfile
@@ -33,16 +34,24 @@ TARGETS = {
 }
 LARGEST = {"d": 40, "D": 64, "dtype": "float64", "batch": 1024}  # configs/scaling.yaml's largest point
 SWEEP_D, SWEEP_d = (4, 8, 16, 32, 64), (10, 40)
+SECTIONS = ("kernel", "generator", "pretrain", "theorem", "population", "large", "memory", "compile", "agree")
+SECTIONS += ("transfer",)
 AGREE_TOL = {"eval_loss": 1e-3, "attention_on_relevant": 1e-3, "eval_accuracy": 2e-3, "cos_v1_vstar": 1e-3}
 
 
 # -- the table ------------------------------------------------------------------------------
 @dataclass
 class Table:
-    rows: list[list[str]] = field(default_factory=list)
-    header: tuple = ("section", "case", "value", "unit", "GFLOP/s", "% ceiling", "ratio", "note")
+    """The benchmark's rows; ``isa`` (the instruction set the kernels run, ``instruction_set``) is printed
+    beside every share of a ceiling."""
 
-    def add(self, section, case, value=None, unit="", gflops=None, ceiling=None, ratio=None, note=""):
+    rows: list[list[str]] = field(default_factory=list)
+    header: tuple = ("section", "case", "value", "unit", "GFLOP/s", "% ceiling", "ISA", "ratio", "note")
+    isa: str = ""
+
+    def add(self, section, case, value=None, unit="", gflops=None, ceiling=None, ratio=None, note="", share=False):
+        """``share``: the value itself is a share of a ceiling (a target row)."""
+
         def num(x, fmt):
             return "-" if x is None else format(x, fmt)
 
@@ -55,6 +64,7 @@ class Table:
                 unit,
                 num(gflops, ".1f"),
                 num(pct, ".0f"),
+                self.isa if pct is not None or share else "-",
                 num(ratio, ".2f") if not isinstance(ratio, str) else ratio,
                 note,
             ]
@@ -277,7 +287,7 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
     from groupsparse.config.seeding import torch_generator
     from groupsparse.config.specs import ModelSpec
     from groupsparse.data.synthetic import draw_task, standard_normal
-    from groupsparse.model import fastpath
+    from groupsparse.model import dispatch, fastpath
     from groupsparse.model.fastpath import dense_flops
     from groupsparse.model.transformer import embed, loss_and_grads_closed_form, sine_positions
     from groupsparse.training.pretrain import task_identity
@@ -295,14 +305,15 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
     halves = [fastpath.batch_inner(X[s, :H]) for s in range(S)]
     fulls = [fastpath.batch_inner(X[s]) for s in range(S)]
 
-    def fast(inputs, labels, anti, fused=True):
-        with torch_path(not fused):
-            return [fastpath.seed_loss_and_grads(W[s], v[s], inputs[s], labels[s], P, 1.0, anti) for s in range(S)]
+    fused, torch_ops = dispatch.Plan("general_fused"), dispatch.Plan("general")
+
+    def fast(inputs, labels, anti, plan=fused):
+        return [dispatch.loss_and_grads(plan, W[s], v[s], inputs[s], labels[s], P, 1.0, anti) for s in range(S)]
 
     fns = {
         "dense closed form (model.py), seeds batched": lambda: loss_and_grads_closed_form(W, v, Z, y),
         "fast kernel, mirror not folded": lambda: fast(fulls, y, False),
-        "fast kernel, torch ops (not fused: float64's path)": lambda: fast(halves, y[:, :H], True, fused=False),
+        "fast kernel, torch ops (not fused: float64's path)": lambda: fast(halves, y[:, :H], True, torch_ops),
         "fast kernel": lambda: fast(halves, y[:, :H], True),
         "draw 5 batches: torch.randn float64": lambda: [
             torch.randn(H, D, d, generator=g, dtype=torch.float64) for g in gens
@@ -339,78 +350,82 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
 
 
 # -- torch.compile ------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def torch_path(on: bool = True):
-    """The fast kernel as torch ops (float64's path) while on: float32 on a CPU otherwise runs fused (numba)."""
-    from groupsparse.model import fastpath
-
-    before = fastpath.FUSED_FLOAT32
-    fastpath.FUSED_FLOAT32 = before and not on
-    try:
-        yield
-    finally:
-        fastpath.FUSED_FLOAT32 = before
+def kernel_step(torch, trainer, kernel, active, steps: int) -> None:
+    """``steps`` training steps of ``trainer`` with its gradients by ``kernel`` (the signature of
+    ``fastpath.seed_loss_and_grads``), seed by seed: the trainer's draw and descent around another
+    implementation, without touching the modules the trainer's own step calls."""
+    W_key, P, sc, anti = "layer0.W", trainer.positions, trainer.scale, trainer.antithetic
+    for _ in range(steps):
+        drawn = trainer.draw()
+        W, v = trainer.params[W_key], trainer.params["v"]
+        grads = []
+        for s, (X, y) in enumerate(drawn):
+            _, gW, gv = kernel(W[s], v[s], X, y, P, sc, anti)
+            grads.append(trainer.descent.gradient(s, gW, gv))
+        trainer.descend(trainer.descent.stack(grads), active)
 
 
 def compile_section(torch, table, args):
-    """The fast kernel's torch path under torch.compile (the fused float32 path calls numba, which torch.compile
-    cannot trace), timed interleaved with the project's eager kernel in the same Trainer."""
-    from groupsparse.model import fastpath
+    """The fast kernel's torch form under torch.compile (the fused float32 kernel calls numba, which
+    torch.compile cannot trace), against the same torch form eager and the project's step (fused), timed
+    interleaved on three Trainers of one spec (the same draws)."""
+    from groupsparse.model import dispatch, fastpath
+    from groupsparse.training.pretrain import Trainer
 
     spec = run_spec("float32")
-    eager_kernel = fastpath.seed_loss_and_grads
-    compiled = torch.compile(eager_kernel, dynamic=False, fullgraph=True)
-    trainer, block = project_step_fn(torch, spec, list(range(5)))
-    block(3)  # away from W = v = 0, where the W-gradient vanishes
-    X, y = trainer.batch()
-    want = trainer.loss_and_grads(X, y)
-    H = X.shape[1] // 2
-    W, v = trainer.params["layer0.W"], trainer.params["v"]
-    t0 = time.perf_counter()  # compile here, on the main thread (not inside the seed workers)
-    with torch_path():
-        compiled(W[0], v[0], fastpath.batch_inner(X[0, :H]), y[0, :H], trainer.positions, trainer.scale, True)
+    seeds = list(range(5))
+    eager = fastpath.seed_loss_and_grads
+    compiled = torch.compile(eager, dynamic=False, fullgraph=True)
+    trainers = {who: Trainer(spec, seeds) for who in ("project", "eager", "compiled")}
+    active = torch.ones(len(seeds), dtype=torch.bool)
+    for tr in trainers.values():
+        tr.step(active)
+        tr.step(active)
+        tr.step(active)  # away from W = v = 0, where the W-gradient vanishes
+    tr = trainers["compiled"]
+    (X, y), W, v = tr.draw()[0], tr.params["layer0.W"], tr.params["v"]
+    t0 = time.perf_counter()  # compile here, on the main thread
+    got = compiled(W[0], v[0], X, y, tr.positions, tr.scale, True)
     compile_s = time.perf_counter() - t0
-
-    def use(kernel, steps):
-        fastpath.seed_loss_and_grads = kernel
-        try:
-            with torch_path(kernel is compiled):
-                block(steps)
-        finally:
-            fastpath.seed_loss_and_grads = eager_kernel
-
-    try:
-        fastpath.seed_loss_and_grads = compiled
-        with torch_path():
-            got = trainer.loss_and_grads(X, y)
-            one, _ = project_step_fn(torch, spec, [3])
-            one.params = {k: t[3:4].clone() for k, t in trainer.params.items()}
-            alone = one.loss_and_grads(X[3:4], y[3:4])
-    finally:
-        fastpath.seed_loss_and_grads = eager_kernel
-    dev = max(float((got[1][k] - want[1][k]).abs().max() / want[1][k].abs().max()) for k in want[1])
-    same_bits = all(torch.equal(alone[1][k][0], got[1][k][3]) for k in got[1])
-    ts = timed_blocks(
-        {"eager": lambda: use(eager_kernel, args.steps), "compiled": lambda: use(compiled, args.steps)}, args.repeats
-    )
-    eager, comp = (min(ts[k]) / args.steps for k in ("eager", "compiled"))
+    want = dispatch.loss_and_grads(tr.plan, W[0], v[0], X, y, tr.positions, tr.scale, True)
+    dev = max(float((g - w).abs().max() / w.abs().max()) for g, w in zip(got[1:], want[1:]))
+    # the compiled kernel on one seed's inputs alone equals its result for that seed (no cross-seed state)
+    again = compiled(W[0].clone(), v[0].clone(), X.clone(), y.clone(), tr.positions, tr.scale, True)
+    same_bits = all(torch.equal(a, b) for a, b in zip(got, again))
+    fns = {
+        "project": lambda: [trainers["project"].step(active) for _ in range(args.steps)],
+        "eager": lambda: kernel_step(torch, trainers["eager"], eager, active, args.steps),
+        "compiled": lambda: kernel_step(torch, trainers["compiled"], compiled, active, args.steps),
+    }
+    for fn in fns.values():
+        fn()
+    ts = timed_blocks(fns, args.repeats)
+    best = {k: min(t) / args.steps for k, t in ts.items()}
     table.add(
         "compile",
-        "project, 5 seeds, float32: the project's kernel (eager, fused)",
-        eager * 1e3,
+        "project, 5 seeds, float32: the project's step (Trainer.step, fused kernel)",
+        best["project"] * 1e3,
         "ms/step",
         ratio=1.0,
-        note="timed interleaved with the row below",
+        note="timed interleaved with the rows below",
     )
     table.add(
         "compile",
-        "project, 5 seeds, float32: its torch path under torch.compile",
-        comp * 1e3,
+        "project, 5 seeds, float32: the kernel's torch form, eager",
+        best["eager"] * 1e3,
         "ms/step",
-        ratio=eager / comp,
-        note=f"compile {compile_s:.1f} s (inductor's disk cache may shorten it); "
-        f"max rel. gradient deviation from the fused kernel {dev:.1e}; "
-        f"seed alone == in batch: {same_bits}",
+        ratio=best["project"] / best["eager"],
+        note="fastpath.seed_loss_and_grads in the trainer's draw and descent; ratio = project / this",
+    )
+    table.add(
+        "compile",
+        "project, 5 seeds, float32: the kernel's torch form under torch.compile",
+        best["compiled"] * 1e3,
+        "ms/step",
+        ratio=best["project"] / best["compiled"],
+        note=f"compile {compile_s:.1f} s (inductor's disk cache may shorten it); eager / this "
+        f"{best['eager'] / best['compiled']:.2f}x; max rel. gradient deviation from the fused kernel {dev:.1e}; "
+        f"rerun on copies == first run: {same_bits}",
     )
 
 
@@ -530,7 +545,7 @@ def sweep_section(torch, table, args, ceilings) -> float | None:
     """Trainer.step() (draw, kernel, descent) for one seed, float64, batch 1024 (the scaling grid's), at
     d in SWEEP_d and D in SWEEP_D, beside the FLOP model. Returns the largest point's fraction of the
     float64 GEMM ceiling (dense FLOP count), or None if it was not in the sweep."""
-    from groupsparse.model import fastpath, symmetric
+    from groupsparse.model import dispatch, symmetric
     from groupsparse.model.fastpath import dense_flops, kernel_flops
 
     dtype, B = LARGEST["dtype"], LARGEST["batch"]
@@ -545,8 +560,9 @@ def sweep_section(torch, table, args, ceilings) -> float | None:
             ts = timed_blocks({"step": functools.partial(block, steps)}, max(5, args.repeats // 2))["step"]
             times[(d, D)] = (min(ts) / steps, statistics.median(ts) / steps)
 
-    def own_flops(B, D, d):  # the kernel that runs from the zero start: symmetric.py's from SYMMETRIC_MIN_D on
-        return (symmetric.flops if D >= fastpath.SYMMETRIC_MIN_D else kernel_flops)(B, D, d)
+    def own_flops(B, D, d):  # the kernel the dispatch gives a run from the zero start at this D
+        spec = run_spec(dtype, task={"d": d, "D": D}, pretrain={"batch": B})
+        return (symmetric.flops if dispatch.plan(spec).kernel.startswith("symmetric") else kernel_flops)(B, D, d)
 
     ref = (SWEEP_d[-1], SWEEP_D[-1])
     per_kflop = times[ref][0] / own_flops(B, ref[1], ref[0])  # seconds per kernel FLOP at the largest point
@@ -797,8 +813,15 @@ def main(argv=None) -> int:
         "--skip",
         nargs="*",
         default=[],
-        choices=["kernel", "generator", "pretrain", "theorem", "large", "memory", "compile", "agree", "transfer"],
+        choices=list(SECTIONS),
         help="sections to leave out (a skipped section's targets are not judged)",
+    )
+    ap.add_argument(
+        "--isa",
+        choices=("native", "avx2"),
+        default="native",
+        help="avx2: run the kernels as on a CPU without AVX-512 (torch, MKL, OpenBLAS and numba told so; "
+        "numba with its own cache directory); native (default): this CPU's own",
     )
     ap.add_argument(
         "--config",
@@ -817,11 +840,13 @@ def main(argv=None) -> int:
     ap.add_argument("--wall-seconds", type=float, default=None, help="wall time of that study run")
     ap.add_argument("--cores", type=int, default=None, help="cores the study ran on (default: this machine's)")
     args = ap.parse_args(argv)
+    if args.isa == "avx2" and os.environ.get(EMULATED) != "avx2":  # the settings act at import: a fresh process
+        argv = sys.argv[1:] if argv is None else list(argv)
+        env = os.environ | emulated_avx2_environment() | {EMULATED: "avx2"}
+        os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], env)
     table = Table()
 
     if args.orchestration is not None:
-        import os
-
         if args.wall_seconds is None or args.wall_seconds <= 0:
             ap.error("--orchestration needs --wall-seconds N (the study's wall time, > 0)")
         if not args.orchestration.is_dir():
@@ -842,7 +867,10 @@ def main(argv=None) -> int:
     from groupsparse.cli import set_threads
 
     set_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {_cpu_name()}", flush=True)
+    table.isa, described = instruction_set(torch)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {_cpu_name()}; {described}", flush=True)
+    table.add("machine", "instruction set of the kernels", table.isa, note=described)
+    table.add("machine", "load average at the start (1, 5, 15 min)", load_average(), note="/proc/loadavg")
 
     # First, before anything large is allocated and freed (glibc then raises its mmap threshold
     # by itself) and before any Trainer tunes the allocator: the kernels with glibc's defaults.
@@ -879,6 +907,10 @@ def main(argv=None) -> int:
         import large_d
 
         checks += large_d.section(torch, table, args, ceilings, run_spec, timed_blocks)
+    if "population" not in args.skip:  # population GD at D = 64 (beside today's step), 96, 128
+        import population_cost
+
+        checks += population_cost.section(torch, table, args, ceilings, run_spec, timed_blocks)
     if "large" not in args.skip:
         fraction = sweep_section(torch, table, args, ceilings)
         checks.append(
@@ -905,13 +937,21 @@ def main(argv=None) -> int:
             scale = ceilings[dt] / again[dt]
             ceilings[dt] = again[dt]
             checks = [
-                (name, value * scale if name.startswith("achieved") and dt in name else value, target, unit)
-                for name, value, target, unit in checks
+                (name, value * scale if name.startswith("achieved") and dt in name else value, *rest)
+                for name, value, *rest in checks
             ]
-    for name, value, target, unit in checks:
+    for name, value, target, unit, *how in checks:  # a target is a floor, or a cap where it says "<="
+        cap = how == ["<="]
         table.add(
-            "target", name, value, unit, ratio="PASS" if value >= target else "FAIL", note=f"target >= {target:g}"
+            "target",
+            name,
+            value,
+            unit,
+            ratio="PASS" if (value <= target if cap else value >= target) else "FAIL",
+            note=f"target {'<=' if cap else '>='} {target:g}",
+            share="ceiling" in name,
         )
+    table.add("machine", "load average at the end (1, 5, 15 min)", load_average(), note="/proc/loadavg")
     table.add(
         "target",
         "orchestration overhead, peak memory of transfer jobs",
@@ -926,6 +966,73 @@ def _dense(spec) -> int:
     from groupsparse.model.fastpath import dense_flops
 
     return dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d)
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+# the AVX-512 family and what came with or after it (AMX, AVX10, AVX-VNNI, ...): off on an AVX2-only CPU
+_AFTER_AVX2 = re.compile(r"\+((?:avx512|avx10|amx|avxvnni|avxifma|avxneconvert)[\w.-]*)")
+EMULATED = "GROUPSPARSE_BENCH_ISA"  # set in the process that runs as on another instruction set
+
+
+def emulated_avx2_environment() -> dict[str, str]:
+    """The environment under which this machine runs the kernels as an AVX2-only CPU (AMD Zen 3) would:
+    torch's vectorised ops (ATen's dispatch), MKL's GEMM, numpy's OpenBLAS and numba's code (the
+    host's features with every AVX-512 one off). numba gets its own cache directory: its cache index
+    does tell targets apart, but one directory per target keeps an AVX-512 build from ever being loaded."""
+    import tempfile
+
+    import llvmlite.binding as ll
+
+    return {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "OPENBLAS_CORETYPE": "Zen",
+        "NUMBA_CPU_NAME": "znver3",
+        "NUMBA_CPU_FEATURES": _AFTER_AVX2.sub(r"-\1", ll.get_host_cpu_features().flatten()),
+        "NUMBA_CACHE_DIR": str(Path(tempfile.gettempdir()) / "groupsparse-numba-avx2"),
+    }
+
+
+def instruction_set(torch) -> tuple[str, str]:
+    """(tag, description) of the instruction set the kernels run: torch's vectorised ops (ATen's CPU
+    capability) and numba's compiled loops (its target's features), against the CPU's own flags
+    (/proc/cpuinfo). The tag is e.g. "AVX-512", "AVX2", or "AVX2 on AVX-512" when emulated."""
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    def level(has) -> str:
+        return "AVX-512" if has("avx512f") else "AVX2" if has("avx2") else "pre-AVX2"
+
+    try:
+        flags = next(
+            set(line.split(":", 1)[1].split())
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("flags")
+        )
+    except (OSError, StopIteration):
+        flags = set()
+    cpu = level(flags.__contains__) if flags else "unknown"
+    aten = torch.backends.cpu.get_cpu_capability()
+    torch_isa = {"AVX512": "AVX-512", "AVX2": "AVX2"}.get(aten, aten)
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else ll.get_host_cpu_features().flatten()
+    numba_isa = level(lambda f: f"+{f}" in features.split(","))
+    tag = torch_isa if torch_isa == numba_isa else f"torch {torch_isa}, numba {numba_isa}"
+    if cpu not in (tag, "unknown"):
+        tag += f" on {cpu}"
+    numba_cpu = config.CPU_NAME or ll.get_host_cpu_name()
+    mkl = os.environ.get("MKL_ENABLE_INSTRUCTIONS", "its own choice")
+    openblas = os.environ.get("OPENBLAS_CORETYPE", "its own choice")
+    described = (
+        f"instruction set {tag}: CPU flags {cpu}; torch (ATen) {aten}; numba {numba_cpu} ({numba_isa}); "
+        f"MKL {mkl}; OpenBLAS {openblas}"
+    )
+    return tag, described
 
 
 def _cpu_name() -> str:
@@ -945,8 +1052,9 @@ def _finish(table: Table, args) -> int:
     print("\n" + md)
     if args.markdown:
         args.markdown.write_text(md + "\n")
-    failed = [r[1] for r in table.rows if r[6] == "FAIL"]
-    passed = sum(r[6] == "PASS" for r in table.rows)
+    at = table.header.index("ratio")
+    failed = [r[1] for r in table.rows if r[at] == "FAIL"]
+    passed = sum(r[at] == "PASS" for r in table.rows)
     print(f"\n{passed} PASS, {len(failed)} FAIL" + ("".join(f"\n  FAIL: {f}" for f in failed)))
     return 1 if failed else 0
 

@@ -3,6 +3,7 @@
 
     python benchmarks/gpu_check.py                 # everything, about 5 minutes on one recent GPU
     python benchmarks/gpu_check.py --skip workflow # tests and benchmark only
+    python benchmarks/gpu_check.py --cpu-dry-run   # the benchmark part on a CPU (a smoke test, no GPU)
 
 1. the tests written for CUDA (`pytest -k cuda tests/unit/test_fastpath.py tests/unit/test_pretrain.py`): the fast path
    on the device keeps v2 and W's cross blocks exactly 0 with antithetic batches, batched seeds equal
@@ -14,9 +15,15 @@
    configs/scaling.yaml) and at the default size (float32, d = D = 10, batch 2048, 5 seeds): steps per
    second, and the share of the GPU's matmul peak measured here (torch.mm, square 8192) by the dense
    FLOP count (what benchmarks/bench.py reports on a CPU) and by the kernel's own FLOP model;
-4. the theorem test's points: d = 10, D = 32 and 64, float32, batch 512, 5 seeds batched,
-   on the symmetric-subspace kernel (model/symmetric.py, pure torch): steps/s and the projected
-   hours of the D = 64 point (5 seeds x 2 D^3 steps).
+4. the theorem test's points: d = 10, D = 32 and 64, float32, batch 512, 5 seeds batched, on the
+   symmetric-subspace kernel (model/symmetric.py, pure torch on a GPU): steps/s and the projected
+   hours of the D = 64 point (5 seeds x 2 D^3 steps);
+5. population mode (pretrain.gradient: population) at D = 64, 96 and 128: the runs of
+   configs/population.yaml and configs/cluster/population_large_D.yaml (batch 128 and the batch check's
+   512, one seed a job): ms per seed-step and the hours of each point's steps.
+
+Each implementation is chosen by ``dispatch.plan`` (or, for the general kernel's two forms of its
+contractions, passed to the trainer's step as a callable); no module setting is changed.
 
 Exits 1 if a test or the workflow fails. Nothing here needs a network.
 """
@@ -64,46 +71,73 @@ def matmul_peak(torch, dtype, n: int = 8192, repeats: int = 10) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def step_rate(torch, d: int, D: int, dtype: str, batch: int, seeds: int, batched: bool | None, seconds: float = 5.0):
+def run_spec(d: int, D: int, dtype: str, batch: int, **pretrain):
     from groupsparse.config.specs import RunSpec
-    from groupsparse.model import fastpath
-    from groupsparse.training.pretrain import Trainer
 
-    spec = RunSpec.from_dict(
+    return RunSpec.from_dict(
         {
             "study_seed": 20250411,
             "task_name": "gpu_check",
             "dtype": dtype,
             "device": DEVICE,
             "task": {"d": d, "D": D},
-            "pretrain": {"steps": 10, "batch": batch, "eval_size": 256},
+            "pretrain": {"steps": 10, "batch": batch, "eval_size": 256, **pretrain},
         }
     )
-    before = fastpath.BATCHED_CONTRACTIONS
-    fastpath.BATCHED_CONTRACTIONS = batched
-    try:
-        trainer = Trainer(spec, list(range(seeds)))
-        active = torch.ones(seeds, dtype=torch.bool)
-        for _ in range(3):
+
+
+def step_rate(torch, spec, seeds: int, kernel=None, seconds: float = 5.0) -> float:
+    """Training steps per second of ``seeds`` seeds batched in one Trainer: its own step by the plan
+    ``dispatch.plan`` gives (``kernel`` a kernel name: that one forced), or ``kernel`` a callable with
+    ``fastpath.seed_loss_and_grads``'s signature run in the trainer's draw and descent
+    (``bench.kernel_step``)."""
+    from bench import kernel_step
+
+    from groupsparse.model import dispatch
+    from groupsparse.training.pretrain import Trainer
+
+    plan = dispatch.plan(spec, kernel=kernel) if isinstance(kernel, str) else None
+    trainer = Trainer(spec, list(range(seeds)), plan=plan)
+    active = torch.ones(seeds, dtype=torch.bool)
+
+    def step():
+        if callable(kernel):
+            kernel_step(torch, trainer, kernel, active, 1)
+        else:
             trainer.step(active)
-        sync(torch)
-        steps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            trainer.step(active)
-            steps += 1
-            if steps % 10 == 0:
-                sync(torch)
-        sync(torch)
-        return steps / (time.perf_counter() - t0)
-    finally:
-        fastpath.BATCHED_CONTRACTIONS = before
+
+    for _ in range(3):
+        step()
+    sync(torch)
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        step()
+        steps += 1
+        if steps % 10 == 0:
+            sync(torch)
+    sync(torch)
+    return steps / (time.perf_counter() - t0)
+
+
+def contractions(batched: bool):
+    """The general kernel's torch form with its two per-sample contractions as one batched einsum
+    (``batched``, a GPU's default) or as loops of multiply-adds (a CPU's)."""
+    from groupsparse.model import fastpath
+
+    def kernel(W, v, X, y, P, scale, antithetic):
+        return fastpath.seed_loss_and_grads(W, v, X, y, P, scale, antithetic, batched=batched)
+
+    return kernel
 
 
 def benchmark(torch) -> None:
-    from groupsparse.model import fastpath, symmetric
+    import population_cost
+
+    from groupsparse.model import dispatch, symmetric
     from groupsparse.model.fastpath import dense_flops, kernel_flops
 
     n = 8192 if DEVICE == "cuda" else 1024
+    seconds = 5.0 if DEVICE == "cuda" else 1.0
     peaks = {dt: matmul_peak(torch, getattr(torch, dt), n) for dt in ("float32", "float64")}
     if DEVICE == "cuda":
         print(
@@ -113,39 +147,77 @@ def benchmark(torch) -> None:
     for dt, g in peaks.items():
         print(f"measured matmul peak (torch.mm {n}^2) {dt}: {g:,.0f} GFLOP/s")
     rows = []
+
+    def row(label, spec, S, rate, own):
+        dense, kern = S * dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d), S * own
+        peak = peaks[spec.dtype]
+        rows.append((label, rate, 1e3 / rate / S, 100 * rate * dense / 1e9 / peak, 100 * rate * kern / 1e9 / peak))
+
+    # the largest scaling point and the default size: the general kernel's two forms of its contractions,
+    # and the largest point's own kernel from the zero start (the symmetric one from D = 24 on)
     for d, D, dt, B, S in ((40, 64, "float64", 1024, 5), (10, 10, "float32", 2048, 5)):
+        spec = run_spec(d, D, dt, B)
         for batched, label in ((True, "einsum contractions (GPU default)"), (False, "loop contractions (CPU default)")):
-            rate = step_rate(torch, d, D, dt, B, S, batched, 5.0 if DEVICE == "cuda" else 1.0)
-            # the kernel that runs: antithetic batches from the zero start take the symmetric one from D = 24
-            own = symmetric.flops if D >= fastpath.SYMMETRIC_MIN_D else kernel_flops
-            dense, kern = S * dense_flops(B, D, d), S * own(B, D, d)
-            rows.append(
-                (
-                    f"d = {d}, D = {D}, {dt}, batch {B}, {S} seeds, {label}",
-                    rate,
-                    100 * rate * dense / 1e9 / peaks[dt],
-                    100 * rate * kern / 1e9 / peaks[dt],
-                )
+            rate = step_rate(torch, spec, S, contractions(batched), seconds)
+            row(
+                f"d = {d}, D = {D}, {dt}, batch {B}, {S} seeds, general kernel, {label}",
+                spec,
+                S,
+                rate,
+                kernel_flops(B, D, d),
+            )
+        plan = dispatch.plan(spec)
+        if plan.kernel.startswith("symmetric"):
+            rate = step_rate(torch, spec, S, None, seconds)
+            row(
+                f"d = {d}, D = {D}, {dt}, batch {B}, {S} seeds, {plan.kernel} (the run's)",
+                spec,
+                S,
+                rate,
+                symmetric.flops(B, D, d, plan.kernel == "symmetric_loops"),
             )
     # the theorem test's points: d = 10, batch 512, 5 seeds, float32, on the symmetric subspace
     for D in (32, 64):
-        rate = step_rate(torch, 10, D, "float32", 512, 5, None, 5.0 if DEVICE == "cuda" else 1.0)
-        dense, kern = 5 * dense_flops(512, D, 10), 5 * symmetric.flops(512, D, 10)
-        rows.append(
-            (
-                f"d = 10, D = {D}, float32, batch 512, 5 seeds (symmetric kernel)",
-                rate,
-                100 * rate * dense / 1e9 / peaks["float32"],
-                100 * rate * kern / 1e9 / peaks["float32"],
-            )
+        spec = run_spec(10, D, "float32", 512)
+        plan = dispatch.plan(spec)
+        rate = step_rate(torch, spec, 5, None, seconds)
+        row(
+            f"d = 10, D = {D}, float32, batch 512, 5 seeds ({plan.kernel})",
+            spec,
+            5,
+            rate,
+            symmetric.flops(512, D, 10, plan.kernel == "symmetric_loops"),
         )
         if D == 64:
             point = 2 * D**3 / rate / 3600
             print(f"D = 64 point (5 seeds batched x {2 * D**3} steps, recording not included): {point:.2f} h")
-    print("\n| case | steps/s | % of the matmul peak (dense FLOPs) | % of the peak (kernel FLOP model) |")
-    print("| --- | --- | --- | --- |")
-    for case, rate, p_dense, p_kern in rows:
-        print(f"| {case} | {rate:.1f} | {p_dense:.1f} | {p_kern:.1f} |")
+    # population mode (configs/population.yaml, D = 96 and 128 from configs/cluster/population_large_D.yaml):
+    # one seed a job, the projected step at each run's batch; the point's hours (steps only)
+    for D in (64, 96, 128):
+        runs = population_cost.point_runs(population_cost.config(large_d=D > 64), D)
+        hours = 0.0
+        for run in sorted(runs, key=lambda r: r.spec["pretrain"]["batch"]):
+            p = run.spec["pretrain"]
+            spec = population_cost.spec_of(run, device=DEVICE, steps=10, eval_size=256)
+            plan = dispatch.plan(spec)
+            rate = step_rate(torch, spec, 1, None, seconds)
+            row(
+                f"population, d = 10, D = {D}, float32, batch {p['batch']}, 1 seed ({plan.kernel}, projected)",
+                spec,
+                1,
+                rate,
+                symmetric.flops(p["batch"], D, 10, plan.kernel == "symmetric_loops"),
+            )
+            hours += len(run.seeds) * p["steps"] / rate / 3600
+        print(
+            f"population D = {D} point ({' + '.join(r.name for r in runs)}, one seed a job, steps only): {hours:.2f} h"
+        )
+    print(
+        "\n| case | steps/s | ms per seed-step | % of the matmul peak (dense FLOPs) | % of the peak (kernel's FLOPs) |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for case, rate, ms, p_dense, p_kern in rows:
+        print(f"| {case} | {rate:.1f} | {ms:.3f} | {p_dense:.1f} | {p_kern:.1f} |")
     print(
         "\nGPU-hours of a config: steps x seeds x points / (steps/s x seeds per job) / 3600 per job shape; "
         "compare README 'Performance' (estimates made without a GPU)."
@@ -163,6 +235,7 @@ def main() -> int:
         DEVICE = "cpu"
         import torch
 
+        torch.set_num_threads(1)  # as a study job runs on a CPU
         benchmark(torch)
         return 0
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))

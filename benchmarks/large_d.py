@@ -1,16 +1,15 @@
 """The large-D rows of the benchmark: the theorem test's step at d = 10, batch 512, 5 seeds.
 
-Today's step (the general kernel: ``fastpath.SYMMETRIC_KERNEL`` off, the reference) and the step on
-the symmetric subspace (``symmetric.py``; float32 on a CPU: its per-sample loops) are timed side by
-side, interleaved, on two Trainers of the same spec; then a profile of each (draw, the kernel's
-parts, descent) with each part's FLOPs and bytes, the CPU-hours of the D = 64 point (5 seeds x 2 D^3
-steps), the share of a run's time its recording takes, and the cost of the theorem config's batch
-sweeps, run separately and sharing one draw.
+Today's step (the general kernel, the reference) and the step on the symmetric subspace
+(``symmetric.py``; float32 on a CPU: its per-sample loops, ``symmetric_loops.py``) are timed side by
+side, interleaved, on Trainers of the same spec, each given its implementation by ``dispatch.plan``;
+then a profile of each (draw, the kernel's parts, descent) with each part's FLOPs and bytes, the
+CPU-hours of the D = 64 point (5 seeds x 2 D^3 steps), the share of a run's time its recording
+takes, and the cost of the theorem config's batch sweeps, run separately and sharing one draw.
 """
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 
 d, BATCH, SEEDS = 10, 512, 5
@@ -24,28 +23,20 @@ RECORDING = {"eval_size": 2048, "record_every": 16}  # configs/theorem.yaml's sc
 SWEEPS = ((128, 256, 512), (512, 1024, 2048))
 
 
-@contextlib.contextmanager
-def symmetric_kernel(on: bool):
-    from groupsparse.model import fastpath
+def plans(spec) -> dict:
+    """The implementations compared at this spec's D: today's (the general kernel: the symmetric one's
+    threshold put above D), the symmetric kernel at every D (so the D = 16 row shows why the study
+    switches only from ``dispatch.SYMMETRIC_MIN_D`` on) and, where that is its float32 loops, the
+    symmetric kernel in its torch form (float64's and a GPU's)."""
+    from groupsparse.model import dispatch
 
-    before = fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D
-    # on: at every D, so the D = 16 row shows why the study switches only from SYMMETRIC_MIN_D on
-    fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D = on, (1 if on else before[1])
-    try:
-        yield
-    finally:
-        fastpath.SYMMETRIC_KERNEL, fastpath.SYMMETRIC_MIN_D = before
-
-
-def torch_form(fn):
-    """Run ``fn("symmetric")`` with the symmetric kernel in its torch form (``symmetric.LOOPS`` off)."""
-    from groupsparse.model import symmetric
-
-    before, symmetric.LOOPS = symmetric.LOOPS, False
-    try:
-        fn("symmetric")
-    finally:
-        symmetric.LOOPS = before
+    out = {
+        "today": dispatch.plan(spec, symmetric_min_D=spec.task.D + 1),
+        "symmetric": dispatch.plan(spec, symmetric_min_D=1),
+    }
+    if out["symmetric"].kernel == "symmetric_loops":
+        out["torch form"] = dispatch.plan(spec, kernel="symmetric")
+    return out
 
 
 def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]:
@@ -59,31 +50,29 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
         for D in D_GRID:
             spec = run_spec(dtype, task={"d": d, "D": D}, pretrain={"batch": BATCH, "eval_size": 256})
             seeds = list(range(SEEDS))
-            trainers = {"today": Trainer(spec, seeds), "symmetric": Trainer(spec, seeds)}
+            chosen = plans(spec)
+            trainers = {who: Trainer(spec, seeds, plan=plan) for who, plan in chosen.items()}
             active = torch.ones(SEEDS, dtype=torch.bool)
 
             def block(who, n=args.steps, trainers=trainers, active=active):
-                with symmetric_kernel(who == "symmetric"):
-                    for _ in range(n):
-                        trainers[who].step(active)
+                for _ in range(n):
+                    trainers[who].step(active)
 
             drawn = {who: trainers[who].draw() for who in trainers}  # one batch each, reused
 
             def kernel_only(who, n=args.steps, trainers=trainers, drawn=drawn):
-                with symmetric_kernel(who == "symmetric"):
-                    for _ in range(n):
-                        trainers[who].step_grads(drawn[who])
+                for _ in range(n):
+                    trainers[who].step_grads(drawn[who])
 
             for who in trainers:
                 block(who, 2)
                 kernel_only(who, 1)
-            fns = {who: (lambda w=who: block(w)) for who in trainers}
+            fns = {who: (lambda w=who: block(w)) for who in ("today", "symmetric")}
             fns |= {f"{who} kernel": (lambda w=who: kernel_only(w)) for who in trainers}
-            loops = symmetric.takes_loops(getattr(torch, dtype), "cpu")  # float32: the per-sample loops
-            if loops:  # the same kernel in its torch form (float64's and a GPU's), interleaved with the rest
-                fns["torch form kernel"] = lambda: torch_form(kernel_only)
             ts = timed_blocks(fns, args.repeats)
+            loops = "torch form" in trainers  # float32: the per-sample loops, beside their torch form
             torch_form_kernel = min(ts.pop("torch form kernel")) / args.steps / SEEDS if loops else None
+            trainers.pop("torch form", None)
             kern = {who: min(ts.pop(f"{who} kernel")) / args.steps / SEEDS for who in trainers}
             best = {who: min(t) / args.steps / SEEDS for who, t in ts.items()}
             med = {who: statistics.median(t) / args.steps / SEEDS for who, t in ts.items()}
@@ -171,12 +160,11 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
     from groupsparse.model import symmetric
 
     tr = trainers["symmetric"]
-    with symmetric_kernel(True):
-        drawn = tr.draw()
-        _, grads = tr.step_grads(drawn)
+    drawn = tr.draw()
+    _, grads = tr.step_grads(drawn)
     W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
     seeds = range(SEEDS)
-    if symmetric.takes_loops(tr.dtype, tr.device):
+    if tr.plan.kernel == "symmetric_loops":
         return _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads)
     XA = [symmetric.scores(W[s], v[s], drawn[s][0], P, sc) for s in seeds]
     S = [symmetric.softmax(A.clone()) for _, A, _ in XA]  # in place: the scores stay for the softmax's timing
@@ -202,8 +190,9 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
 
 def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads):
     """The float32 step's parts: the draw, the per-sample loops (one numba call a seed, the products with X
-    inside), what runs around them (the kernel with its loops stubbed out), the descent; FLOPs by
-    ``loops_phase_costs``."""
+    inside), the whole kernel (``symmetric.loss_and_grads``: the loops and what runs around them: the
+    position blocks' products, the torch calls), the descent; what runs around the loops is the kernel's
+    time less the loops'. FLOPs by ``loops_phase_costs``."""
     from groupsparse.model import symmetric, symmetric_loops
 
     tr = trainers["symmetric"]
@@ -214,31 +203,38 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
     # the loops' own arguments, made once per seed (as the kernel makes them every step)
     inputs = [[a.copy() for a in symmetric.loop_arguments(W[s], v[s], *drawn[s], P, sc)] for s in range(SEEDS)]
     costs = symmetric.loops_phase_costs(BATCH, D, d)
-    real_loops = symmetric_loops.loss_and_rows
+    loops_flops, products = costs["loops"], costs["products"]
 
-    def around():  # the kernel with its loops left out: the position blocks' products and the torch calls
-        symmetric_loops.loss_and_rows = lambda *a: 0.0
-        try:
-            for s in range(SEEDS):
-                symmetric.loss_and_grads(W[s], v[s], *drawn[s], P, sc)
-        finally:
-            symmetric_loops.loss_and_rows = real_loops
+    def kernel():
+        for s in range(SEEDS):
+            symmetric.loss_and_grads(W[s], v[s], *drawn[s], P, sc, loops=True)
 
     parts = {
         "draw": (tr.draw, (0, 4 * d * D * H)),
-        "loops": (lambda: [real_loops(*inputs[s]) for s in range(SEEDS)], costs["loops"]),
-        "around the loops (P (.) P^T, torch calls)": (around, costs["products"]),
+        "loops": (lambda: [symmetric_loops.loss_and_rows(*inputs[s]) for s in range(SEEDS)], loops_flops),
+        "kernel (the loops and P (.) P^T, torch calls)": (
+            kernel,
+            (loops_flops[0] + products[0], loops_flops[1] + products[1]),
+        ),
         "descent": (lambda: tr.descend(grads, active), (2 * (m * m + m), 3 * 4 * (m * m + m))),
         "whole step": (lambda: tr.step(active), (symmetric.flops(BATCH, D, d, True), None)),
     }
 
-    _profile_rows(table, args, parts, "symmetric (float32 loops)", D, ceiling, timed_blocks)
+    best = _profile_rows(table, args, parts, "symmetric (float32 loops)", D, ceiling, timed_blocks)
+    around = best["kernel (the loops and P (.) P^T, torch calls)"] - best["loops"]
+    table.add(
+        "profile",
+        f"symmetric (float32 loops), D = {D}: around the loops (P (.) P^T, torch calls)",
+        around * 1e3,
+        "ms/seed-step",
+        note=f"the kernel's time less the loops' (both above, interleaved); {products[0] / 1e6:.2f} MFLOP",
+    )
     _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)
 
 
 def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
-    """Time each part (``name: (fn, (FLOPs, bytes))``, the symmetric kernel on, subnormals flushed) and add
-    a profile row per part: time, rate by the part's own FLOPs, bytes' rate."""
+    """Time each part (``name: (fn, (FLOPs, bytes))``, subnormals flushed) and add a profile row per part:
+    time, rate by the part's own FLOPs, bytes' rate. Returns the best seconds per seed-step of each part."""
     from groupsparse.model import cpu, fastpath
 
     def timed(fn):
@@ -249,11 +245,11 @@ def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
 
         return run
 
-    with symmetric_kernel(True):
-        ts = timed_blocks({k: timed(fn) for k, (fn, _) in parts.items()}, args.repeats)
+    ts = timed_blocks({k: timed(fn) for k, (fn, _) in parts.items()}, args.repeats)
     dense = fastpath.dense_flops(BATCH, D, d)
+    best = {}
     for name, (_, (fl, by)) in parts.items():
-        t = min(ts[name]) / args.steps / SEEDS
+        t = best[name] = min(ts[name]) / args.steps / SEEDS
         table.add(
             "profile",
             f"{label}, D = {D}: {name}",
@@ -266,6 +262,7 @@ def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
             + (f"; dense count {dense / t / 1e9:.1f} GFLOP/s" if name == "whole step" else "")
             + ("; % ceiling by this part's own FLOPs" if name not in ("draw", "whole step") else ""),
         )
+    return best
 
 
 def _profile_today(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
@@ -276,8 +273,7 @@ def _profile_today(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
 
     if dtype != "float32":
         return
-    with symmetric_kernel(False):
-        drawn = tr.draw()
+    drawn = tr.draw()
     W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
     H, M = BATCH // 2, 2
     state = {}
@@ -353,19 +349,19 @@ def _recording_share(torch, table, args, run_spec, per_seed_step, timed_blocks):
 
     for D in (32, 64):
         spec = run_spec("float32", task={"d": d, "D": D}, pretrain={"batch": BATCH, **RECORDING})
-        tr = Trainer(spec, list(range(SEEDS)))
+        chosen = plans(spec)
         loss = torch.zeros(SEEDS)
         active = torch.ones(SEEDS, dtype=torch.bool)
         steps = POINT_STEPS_PER_D3 * D**3
         n_rec = len(record_steps(steps, RECORDING["record_every"]))
         n_att = len(attention_steps(steps, spec.pretrain.attention_checkpoints))
-        for who in ("today", "symmetric"):
-            with symmetric_kernel(who == "symmetric"):
-                tr.metrics(0, loss, active)
-                t_rec = min(timed_blocks({"m": lambda t=tr, x=loss, a=active: t.metrics(0, x, a)}, args.repeats)["m"])
-                t_att = min(
-                    timed_blocks({"a": lambda t=tr, a=active: t.mean_attention(0, a)}, max(1, args.repeats // 3))["a"]
-                )
+        for who in ("today", "symmetric"):  # the evaluation's forward pass follows the plan
+            tr = Trainer(spec, list(range(SEEDS)), plan=chosen[who])
+            tr.metrics(0, loss, active)
+            t_rec = min(timed_blocks({"m": lambda t=tr, x=loss, a=active: t.metrics(0, x, a)}, args.repeats)["m"])
+            t_att = min(
+                timed_blocks({"a": lambda t=tr, a=active: t.mean_attention(0, a)}, max(1, args.repeats // 3))["a"]
+            )
             t_steps = per_seed_step[("float32", D)][who] * SEEDS * steps
             rec = n_rec * t_rec + n_att * t_att
             table.add(

@@ -172,6 +172,89 @@ def test_a_run_stays_on_the_subspace_exactly_and_records_its_coefficients(D):
     assert res.trajectory["pop_wff_along"].abs().max() > 0
 
 
+@pytest.mark.parametrize("d, D", [(4, 24), (10, 32)])
+def test_the_loops_step_from_the_coefficients_is_the_general_route_to_float32_rounding(d, D):
+    """Population mode on the symmetric loops goes from the coefficients to their gradient without W
+    (model/population_loops.py): the same step as building W, the loops' gradient of W and its projection,
+    to float32 rounding; and both within the loops' float32 accuracy of the float64 general kernel's."""
+    sp = spec(d, D, batch=256, dtype="float32")
+    tr = Trainer(sp, [0])
+    assert tr.plan.from_coefficients
+    gen = torch.Generator().manual_seed(11)
+    coef = random_point(d, D, gen) * 0.3
+    task, P = tr.tasks[0], tr.positions
+    X, y = tr.draw()[0]
+    step = dispatch.coefficient_steps(tr.plan, [task], D, tr.scale)[0]
+    loss, direct = step(coef, X, y)
+    W, v = population.build(coef, task.v_star, task.j_star, P, torch.float32)
+    loss_w, gW, gv = dispatch.loss_and_grads(dispatch.Plan("symmetric_loops"), W, v, X, y, P, tr.scale, True)
+    route = population.project(gW, gv, task.v_star, task.j_star, P)
+    P64 = sine_positions(D, torch.float64)
+    W64, v64 = population.build(coef, task.v_star, task.j_star, P64, torch.float64)
+    X64, y64 = X.double(), y.double()
+    loss64, gW64, gv64 = dispatch.loss_and_grads(dispatch.Plan("general"), W64, v64, X64, y64, P64, tr.scale, True)
+    exact = population.project(gW64, gv64, task.v_star, task.j_star, P64)
+    size = float(exact.abs().max())
+    assert size > 1e-3
+    assert float((direct - route).abs().max()) <= 3e-6 * size
+    assert float((direct - exact).abs().max()) <= 3e-6 * size
+    assert float((route - exact).abs().max()) <= 3e-6 * size
+    assert abs(float(loss) - float(loss64)) <= 1e-6 and abs(float(loss_w) - float(loss64)) <= 1e-6
+
+
+def test_a_loops_run_from_the_coefficients_follows_the_general_route_and_float64():
+    """60 steps at D = 24 from the coefficients (float32 loops) against the general route (the torch form of
+    the symmetric kernel, float32: W built every step, its gradient projected) and a float64 run fed the
+    same float32 samples: the coefficients agree to float32 rounding along the way."""
+    sp = spec(4, 24, steps=60, batch=64, dtype="float32", eta=0.5)
+    direct = Trainer(sp, [0, 1])
+    route = Trainer(sp, [0, 1], plan=dispatch.plan(sp, kernel="symmetric"))
+    wide = Trainer(spec(4, 24, steps=60, batch=64, dtype="float64", eta=0.5), [0, 1], draw_dtype=torch.float32)
+    assert direct.plan.from_coefficients and not route.plan.from_coefficients
+    a, b, c = direct.run(), route.run(), wide.run()
+    size = float(c.trajectory["pop_wff_along"].abs().max())
+    assert size > 1e-2
+    for col in population_columns():
+        assert float((a.trajectory[col] - c.trajectory[col]).abs().max()) <= 2e-6 * max(size, 1.0), col
+        assert float((b.trajectory[col] - c.trajectory[col]).abs().max()) <= 2e-6 * max(size, 1.0), col
+    assert (
+        float((a.trajectory["attention_min_on_relevant"] - c.trajectory["attention_min_on_relevant"]).abs().max())
+        < 1e-5
+    )
+    for s in range(2):  # W and v, built only when read, are the coefficients' point
+        task = direct.tasks[s]
+        W, v = population.build(direct.coef[s], task.v_star, task.j_star, direct.positions, torch.float32)
+        assert torch.equal(a.params["layer0.W"][s], W) and torch.equal(a.params["v"][s], v)
+
+
+def population_columns() -> list[str]:
+    return [f"pop_{name}" for name in population.COEFFICIENTS]
+
+
+def test_the_population_loops_vectorise_in_float32_only():
+    """As the symmetric loops (test_symmetric.py): every vectorised operation is on float32 lanes; the
+    per-sample sums added in float64 are scalar."""
+    import re
+
+    from numba import njit
+
+    from groupsparse.model import population_loops, symmetric_loops
+
+    fresh = njit(**dict(symmetric_loops.FMA, cache=False))(population_loops.loss_and_sums.py_func)  # inspectable
+    gen = torch.Generator().manual_seed(2)
+    d, D, H = 5, 12, 40
+    X = torch.randn(d, D, H, generator=gen).numpy()
+    y = torch.sign(torch.randn(H, generator=gen)).numpy()
+    v = (torch.ones(d) / d**0.5).numpy()
+    CT, ppT = torch.randn(D, D, generator=gen).numpy(), torch.empty(D, D).numpy()
+    f32 = population_loops.np.float32
+    fresh(X, v, CT, f32(0.1), f32(0.2), f32(0.3), y, ppT, torch.empty(3, dtype=torch.float64).numpy())
+    ir = next(iter(fresh.overloads.values())).library.get_llvm_str()
+    vector_op = r"= (?:fadd|fsub|fmul|fdiv|call)[^\n]*<\d+ x {}>"
+    assert len(re.findall(vector_op.format("float"), ir)) > 50
+    assert not re.findall(vector_op.format("double"), ir)
+
+
 def test_seeds_differ_only_by_monte_carlo_error():
     """Two seeds (their own j*, v*, data) follow one population trajectory: at a batch of 1024 their
     coefficients after 40 steps differ by much less than the coefficients themselves."""
@@ -196,12 +279,15 @@ class StopsAfter(Trainer):
         return super().draw()
 
 
-@pytest.mark.parametrize("optimizer", ["population", "adam"])
+@pytest.mark.parametrize("optimizer", ["population", "population_loops", "adam"])
 def test_a_killed_run_resumes_bit_identically(tmp_path, optimizer):
-    """Population mode's coefficients and Adam's moments are part of the resume state."""
+    """Population mode's coefficients (on the general kernel, and on the loops from the coefficients, whose W
+    is built only when read) and Adam's moments are part of the resume state."""
     sp = (
         spec(4, 6, steps=40, batch=32)
         if optimizer == "population"
+        else spec(4, 24, steps=40, batch=32, dtype="float32")
+        if optimizer == "population_loops"
         else RunSpec.from_dict(
             spec(4, 6, steps=40, batch=32).to_dict()
             | {

@@ -192,7 +192,7 @@ def test_the_loops_vectorise_in_float32_only():
 
     from groupsparse.model import symmetric_loops
 
-    fresh = njit(**dict(symmetric_loops._FMA, cache=False))(symmetric_loops.loss_and_rows.py_func)  # inspectable
+    fresh = njit(**dict(symmetric_loops.FMA, cache=False))(symmetric_loops.loss_and_rows.py_func)  # inspectable
     W, v, X, y, P = (t.float() for t in subspace_inputs(3, 8, 5))
     fresh(*symmetric.loop_arguments(W, v, X, y, P, 0.3))
     ir = next(iter(fresh.overloads.values())).library.get_llvm_str()

@@ -14,9 +14,11 @@ differ in speed and in the part of the parameter space they cover:
 
 Population mode (``pretrain.gradient: population``) takes the closed form these rules choose and
 projects its batch gradient onto the subspace the data law's symmetries fix (``population.py``):
-``Plan.projected``. :func:`plan` is the only place the choice is made; the trainer, its evaluation,
-the cost model and the benchmarks all ask it. Torch-free at import: the cost model uses it while
-the Snakefile parses; the kernels are imported when a step runs.
+``Plan.projected``; on the symmetric loops it goes from the subspace's coefficients to their gradient
+directly (``population_loops.py``: ``Plan.from_coefficients``). :func:`plan` is the only place the
+choice is made; the trainer, its evaluation, the cost model and the benchmarks all ask it.
+Torch-free at import: the cost model uses it while the Snakefile parses; the kernels are imported
+when a step runs.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ class Plan:
     @property
     def closed_form(self) -> bool:
         return self.kernel != "autograd"
+
+    @property
+    def from_coefficients(self) -> bool:
+        """Population mode on the symmetric loops: a step goes from the subspace's coefficients to their
+        gradient without W (``population_loops``; :func:`coefficient_steps`)."""
+        return self.projected and self.kernel == "symmetric_loops"
 
 
 def plan(spec, symmetric_min_D: int = SYMMETRIC_MIN_D, kernel: str | None = None) -> Plan:
@@ -117,6 +125,16 @@ def loss_and_grads(plan: Plan, W, v, X, y, P, scale: float, antithetic: bool):
     if kernel == "general":
         return fastpath.seed_loss_and_grads(W, v, X, y, P, scale, antithetic, batched=X.device.type != "cpu")
     raise ValueError(f"kernel {kernel!r} has no closed form")
+
+
+def coefficient_steps(plan: Plan, tasks, D: int, scale: float) -> list:
+    """Per seed of ``tasks``, the step ``(coef, X, y) -> (loss, the coefficients' gradient)`` of a plan that
+    works from the coefficients (``Plan.from_coefficients``)."""
+    from .population_loops import LoopsStep
+
+    if not plan.from_coefficients:
+        raise ValueError(f"{plan} computes the gradient of W, not of the subspace's coefficients")
+    return [LoopsStep(t.v_star, t.j_star, D, scale) for t in tasks]
 
 
 def seed_forward(plan: Plan, W, v, X_inner, X_samples, P, scale: float, mirrored: bool):

@@ -40,3 +40,11 @@ def symmetric_torch_phases(B: int, D: int, d: int, itemsize: int) -> dict[str, t
             s * H * (2 * D * D + 12 * d * D),
         ),
     }
+
+
+def population_loops_flops(B: int, D: int, d: int) -> int:
+    """FLOPs of population mode's step from the coefficients (``population_loops.loss_and_sums``) for one
+    seed and step. Per sample of the H = B/2: w = X^T v* 2 d D, the Gram matrix K 2 d D^2, the scores
+    CT + a K + b w w^T and their maximum 5 D^2, the exponentials with their sums z and sum_i w_i E 5 D^2,
+    dL/dA 3 D^2, its sum D^2 and its products with K and w (by query) 4 D^2, a few passes over D."""
+    return B // 2 * (2 * d * D + 2 * d * D * D + 18 * D * D + 8 * D)

@@ -20,7 +20,7 @@ Samples arrive in the draw's layout (d, D, H); a block of BLOCK of them is gathe
 G = [Ws; v1] X before its samples' loops, and sum_s T_s X_s^T (the Wff gradient) after them. What
 remains outside (``symmetric._loss_and_grads_loops``): the position blocks' P (.) P^T.
 
-Only "vertical" (lane-wise) arithmetic is vectorised, except the dot products (``_row_dot``,
+Only "vertical" (lane-wise) arithmetic is vectorised, except the dot products (``row_dot``,
 compiled with reassociation) whose order does not depend on other seeds: a seed gets the same bits
 alone or among others, and a rerun the same bits.
 """
@@ -35,9 +35,9 @@ from numba import njit
 from numba.core import types
 from numba.extending import intrinsic
 
-_JIT = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+JIT = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 # multiply-adds fused (the same instruction in the vectorised loop and its scalar remainder)
-_FMA = dict(_JIT, fastmath={"contract"})
+FMA = dict(JIT, fastmath={"contract"})
 BLOCK = 16  # samples per cache line of the draw's layout: gathered a block at a time
 
 # Cephes exp2f on [-1/2, 1/2]: 2^x = 1 + x P(x)
@@ -57,8 +57,8 @@ def _as_float32(typingctx, bits):
     return types.float32(types.int32), codegen
 
 
-@njit(**_FMA, inline="always")
-def _exp2(x):
+@njit(**FMA, inline="always")
+def exp2(x):
     """2^x for float32 x <= 0: 2^n 2^t, n = round(x), |t| <= 1/2 (Cephes' exp2f polynomial); below
     2^-126 (float32's smallest normal) it returns about 2^-126 (flushed to 0 where denormals are)."""
     x = x if x > _LOW else _LOW
@@ -68,17 +68,17 @@ def _exp2(x):
     return e * _as_float32((np.int32(n) + np.int32(127)) << 23)
 
 
-@njit(**_FMA)
+@njit(**FMA)
 def exp2_shifted(x):
     """2^x of a float32 array with x <= 0, as the loops compute it (for tests)."""
     out = np.empty_like(x)
     for j in range(x.shape[0]):
-        out[j] = _exp2(x[j])
+        out[j] = exp2(x[j])
     return out
 
 
-@njit(**dict(_JIT, fastmath={"contract", "reassoc"}))
-def _row_dot(row, z, n):
+@njit(**dict(JIT, fastmath={"contract", "reassoc"}))
+def row_dot(row, z, n):
     """sum of row[:n] z[:n], vectorised (reassociated)."""
     s = np.float32(0.0)
     for j in range(n):
@@ -86,8 +86,8 @@ def _row_dot(row, z, n):
     return s
 
 
-@njit(**_FMA, inline="always")
-def _combine(out, rows, coef, accumulate):
+@njit(**FMA, inline="always")
+def combine(out, rows, coef, accumulate):
     """out (+)= sum_k coef[k] rows[k]: four rows per pass over out (a quarter of the loads and stores
     of one row at a time; the sum of each four in order, then added to out)."""
     n, K = out.shape[0], coef.shape[0]
@@ -114,10 +114,10 @@ def _combine(out, rows, coef, accumulate):
         k += 4
 
 
-@njit(**_FMA, inline="always")
+@njit(**FMA, inline="always")
 def _combine2(out0, out1, rows, coef0, coef1):
-    """``_combine`` (not accumulating) into two outputs in one pass over ``rows`` (half the loads of the
-    rows), each output's arithmetic in ``_combine``'s order, so its bits are those of one at a time."""
+    """``combine`` (not accumulating) into two outputs in one pass over ``rows`` (half the loads of the
+    rows), each output's arithmetic in ``combine``'s order, so its bits are those of one at a time."""
     n, K = out0.shape[0], coef0.shape[0]
     k = 0
     if K % 4 == 0:
@@ -147,7 +147,7 @@ def _combine2(out0, out1, rows, coef0, coef1):
         k += 4
 
 
-@njit(**_FMA, inline="always")
+@njit(**FMA, inline="always")
 def _scores4(A, CT, G, Xs, i, top):
     """Scores of keys i..i+3 (rows of A) in one set of passes over G's d rows, coefficients in
     registers: the constant block plus single rows until the rest is a multiple of four, then fours;
@@ -203,7 +203,7 @@ def _scores4(A, CT, G, Xs, i, top):
         top[j] = a3[j] if a3[j] > t else t
 
 
-@njit(**_FMA)
+@njit(**FMA)
 def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
     """One seed's step on the subspace, sample by sample; returns the mean logistic loss.
 
@@ -249,7 +249,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
                 _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1])
                 kk += 2
             if kk < d + 1:
-                _combine(Gf[kk], Xf, Wv[kk], False)
+                combine(Gf[kk], Xf, Wv[kk], False)
         for k in range(d):
             xs, xb, gs, gb = Xs[k], Xb[k, t], G[k], Gb[k, t]
             for j in range(D):
@@ -271,7 +271,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
                 xi[k] = Xs[k, i]
             for j in range(D):
                 a[j] = c[j]
-            _combine(a, G[:d], xi, True)
+            combine(a, G[:d], xi, True)
             for j in range(D):
                 top[j] = a[j] if a[j] > top[j] else top[j]
         # softmax over keys i (a column operation): E = 2^(A - top) = 2^n 2^x with |x| <= 1/2, its sums
@@ -282,7 +282,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
         for i in range(D):
             a, ui = A[i], u[i]
             for j in range(D):
-                e = _exp2(a[j] - top[j])
+                e = exp2(a[j] - top[j])
                 a[j] = e
                 z[j] += e
                 ubar[j] += ui * e
@@ -303,7 +303,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
             gub[j] = gz[j] * ubar[j]
         for i in range(D):
             a, p, ui = A[i], ppT[i], u[i]
-            r[i] = _row_dot(a, z, D)
+            r[i] = row_dot(a, z, D)
             for j in range(D):
                 a[j] = a[j] * (ui * gz[j] - gub[j])
                 p[j] += a[j]
@@ -312,7 +312,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
             _combine2(T[k], T[k + 1], A, Xs[k], Xs[k + 1])
             k += 2
         if k < d:
-            _combine(T[k], A, Xs[k], False)
+            combine(T[k], A, Xs[k], False)
         for k in range(d):  # d sums at once (each in order over i): not one chain of dependent adds
             sk[k] = 0.0
         for i in range(D):
@@ -329,5 +329,5 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
             n = nb * D
             for k in range(d):
                 for m in range(d):
-                    gff[k, m] += _row_dot(Tf[k], Xf[m], n)
+                    gff[k, m] += row_dot(Tf[k], Xf[m], n)
     return loss / H

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..model import population
+from ..model import dispatch, population
 
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch's defaults (the schema's description of optimizer: adam)
 
@@ -86,20 +86,54 @@ class Adam(GradientDescent):
         self.moments = {k[5:]: t.to(device) for k, t in tensors.items() if k.startswith("adam.")}
 
 
+class Parameters:
+    """The trainer's ``params`` (kept as ``_params``): read through the descent's ``current``, so population
+    mode on the loops, whose steps need no W, builds W and v from the coefficients only when they are read."""
+
+    def __get__(self, trainer, owner=None):
+        if trainer is None:
+            return self
+        held = trainer.__dict__
+        current = getattr(held.get("descent"), "current", None)
+        if current is not None:
+            held["_params"] = current(held["_params"])
+        return held["_params"]
+
+    def __set__(self, trainer, value: dict) -> None:
+        trainer.__dict__["_params"] = value
+
+
 class SubspaceDescent(GradientDescent):
     """Population mode: gradient descent on the coefficients (S, N_COEF) of the invariant subspace, kept in
-    float64 so millions of small steps lose nothing to rounding; W and v are built from them after each
-    step, so the run stays on the subspace exactly. The kernel's gradient is projected (its noise off
-    the subspace removed), which uses each seed's j* and v*."""
+    float64 so millions of small steps lose nothing to rounding; W and v are built from them, so the run
+    stays on the subspace exactly. The kernel's gradient is projected (its noise off the subspace
+    removed), which uses each seed's j* and v*.
 
-    def __init__(self, eta: float, tasks, positions: torch.Tensor, dtype, device):
+    With ``steps`` (``dispatch.coefficient_steps``: per seed, the coefficients to their gradient, no W) a
+    step needs no W, so W and v are built only when read (``current``: a recording, a resume state, the
+    result); otherwise after each step, for the kernel's next gradient."""
+
+    def __init__(self, eta: float, tasks, positions: torch.Tensor, dtype, device, steps: list | None = None):
         super().__init__(eta)
-        self.tasks, self.positions, self.dtype = tasks, positions, dtype
+        self.tasks, self.positions, self.dtype, self.steps = tasks, positions, dtype, steps
         self.coef = torch.zeros(len(tasks), population.N_COEF, dtype=torch.float64, device=device)
+        self.stale: set[int] = set()  # seeds whose W and v are behind their coefficients
 
     def gradient(self, seed, gW, gv):
         task = self.tasks[seed]
         return population.project(gW, gv, task.v_star, task.j_star, self.positions)
+
+    def loss_and_gradient(self, seed: int, X: torch.Tensor, y: torch.Tensor) -> tuple:
+        """With ``steps``: the loss and the coefficients' gradient of ``seed`` on its batch X, y."""
+        return self.steps[seed](self.coef[seed], X, y)
+
+    def current(self, params: dict) -> dict:
+        """``params`` with W and v of every stale seed built from its coefficients."""
+        if not self.stale:
+            return params
+        params = self.build(params, sorted(self.stale))
+        self.stale.clear()
+        return params
 
     def stack(self, per_seed):
         return {"population": torch.stack(per_seed)}
@@ -113,9 +147,16 @@ class SubspaceDescent(GradientDescent):
         return {"layer0.W": W, "v": v}
 
     def step(self, params, grads, active):
-        keep = active.to(self.coef.device)
-        self.coef = torch.where(keep[:, None], self.coef - self.eta * grads["population"], self.coef)
-        return self.build(params, [s for s in range(len(self.tasks)) if bool(active[s])])
+        moved = active.nonzero().flatten().tolist()
+        if len(moved) == len(self.tasks):  # the usual case: the same numbers as below, without the where
+            self.coef = self.coef - self.eta * grads["population"]
+        else:
+            keep = active.to(self.coef.device)
+            self.coef = torch.where(keep[:, None], self.coef - self.eta * grads["population"], self.coef)
+        if self.steps is not None:
+            self.stale.update(moved)
+            return params
+        return self.build(params, moved)
 
     def state(self):
         return {"population": self.coef}, {}
@@ -124,9 +165,10 @@ class SubspaceDescent(GradientDescent):
         self.coef = tensors["population"].to(device, torch.float64)
 
 
-def make(spec, plan, tasks, positions, dtype, device) -> GradientDescent:
+def make(spec, plan, tasks, positions, dtype, device, scale: float = 1.0) -> GradientDescent:
     """The run's descent: population mode's (``plan.projected``), Adam's, or plain gradient descent."""
     eta = spec.pretrain.step_size(spec.task.D)
     if plan.projected:
-        return SubspaceDescent(eta, tasks, positions, dtype, device)
+        steps = dispatch.coefficient_steps(plan, tasks, spec.task.D, scale) if plan.from_coefficients else None
+        return SubspaceDescent(eta, tasks, positions, dtype, device, steps)
     return Adam(eta) if spec.pretrain.optimizer == "adam" else GradientDescent(eta)

@@ -68,6 +68,8 @@ class PretrainResult:
 class Trainer(Recording):
     """Holds the batched state; ``run`` performs gradient descent with recording and resume."""
 
+    params = descent.Parameters()  # per seed; population mode on the loops builds W and v when they are read
+
     def __init__(
         self,
         spec: RunSpec,
@@ -122,7 +124,7 @@ class Trainer(Recording):
         self.inner_draws = self.closed_form and all(hasattr(t, "sample_inner") for t in self.tasks)
         self.positions = sine_positions(ts.D, self.dtype, self.device) if self.closed_form else None
         self._mirror_checked = False
-        self.descent = descent.make(spec, self.plan, self.tasks, self.positions, self.dtype, self.device)
+        self.descent = descent.make(spec, self.plan, self.tasks, self.positions, self.dtype, self.device, self.scale)
         cpu.keep_freed_memory()  # a step's temporaries would otherwise cost thousands of page faults
         self.workers = cpu.SeedWorkers(torch.get_num_threads(), len(self.seeds), self.device)
         self.resume_path = Path(resume_path) if resume_path else None
@@ -182,6 +184,9 @@ class Trainer(Recording):
     def _closed_form_grads(self, inputs):
         """Loss and gradients of every seed by the plan's closed form; ``inputs(s)``: seed s's X (d, D, H), y (H,).
         The gradients are what the descent needs of them (population mode: the subspace's coefficients')."""
+        if self.plan.from_coefficients:  # no W: the coefficients in, their gradient out
+            out = self.workers.map(lambda s: self.descent.loss_and_gradient(s, *inputs(s)), len(self.seeds))
+            return torch.stack([loss for loss, _ in out]), self.descent.stack([g for _, g in out])
         W, v = self.params["layer0.W"], self.params["v"]
 
         def one(s):
@@ -237,7 +242,7 @@ class Trainer(Recording):
 
     def descend(self, grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
         """One step for the seeds still ``active`` (S,) bool; the others stay frozen."""
-        self.params = self.descent.step(self.params, grads, active)
+        self._params = self.descent.step(self._params, grads, active)
 
     # -- resume ---------------------------------------------------------------------
     def _save_resume(self, step, rows, att_rows, status, diverged_step, last_finite, initial_loss, above):
@@ -312,7 +317,8 @@ class Trainer(Recording):
         status, diverged_step, last_finite = ["ok"] * n, [-1] * n, [float("nan")] * n
         initial_loss: list[float] | None = None
         above = [0] * n  # consecutive steps with the loss above DIVERGE_FACTOR x its start
-        bound: torch.Tensor | None = None
+        bound: list[float] | None = None
+        active, active_for = None, None
         start = 0
         state = self._load_resume()
         if state is not None:
@@ -332,22 +338,21 @@ class Trainer(Recording):
                 self._save_resume(step, rows, att_rows, status, diverged_step, last_finite, initial_loss, above)
                 saved = time.perf_counter()
             loss, grads = self.step_grads(self.draw())
-            finite = torch.isfinite(loss) & torch.stack(
-                [torch.isfinite(g).flatten(1).all(1) for g in grads.values()]
-            ).all(0)
+            # the checks on Python floats (exactly the float64 comparisons): a few tensor calls a step, not one a seed
+            losses = loss.detach().cpu().double().tolist()
+            finite = torch.stack([torch.isfinite(g).flatten(1).all(1) for g in grads.values()]).all(0).tolist()
             if initial_loss is None:
-                initial_loss = [float(x) for x in loss]
+                initial_loss = list(losses)
             if bound is None:  # once per run (or resume), not per step
-                bound = DIVERGE_FACTOR * torch.tensor(initial_loss, dtype=torch.float64)
-            high = loss.detach().cpu().double() > bound
-            above = [a + 1 if bool(h) else 0 for a, h in zip(above, high)]
-            blown = [a >= DIVERGE_PATIENCE for a in above]
+                bound = [DIVERGE_FACTOR * x for x in initial_loss]
+            above = [a + 1 if x > b else 0 for a, x, b in zip(above, losses, bound)]
             for i in range(n):
-                if status[i] == "ok" and (not bool(finite[i]) or bool(blown[i])):
+                if status[i] == "ok" and not (math.isfinite(losses[i]) and finite[i] and above[i] < DIVERGE_PATIENCE):
                     status[i], diverged_step[i] = "diverged", step
                 elif status[i] == "ok":
-                    last_finite[i] = float(loss[i])
-            active = torch.tensor([s == "ok" for s in status])
+                    last_finite[i] = losses[i]
+            if active is None or status != active_for:  # a new tensor only when a seed's status changes
+                active, active_for = torch.tensor([s == "ok" for s in status]), list(status)
             if step in rec:
                 rows += self.metrics(step, loss, active)
             if step in att:
