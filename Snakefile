@@ -9,15 +9,16 @@ if not workflow.overwrite_configfiles:
     configfile: f"{workflow.basedir}/config.yaml"
 
 
-report: "workflow/report/workflow.rst"
-
-
 include: "workflow/rules/common.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/transfer.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/scaling.smk"
 include: "workflow/rules/images.smk"
+
+
+# The report opens on the run's summary (rule review, aggregate.smk) once it exists.
+report: REPORT_FRONT
 
 
 rule all:
@@ -28,6 +29,7 @@ rule all:
         figure_files(),
         transfer_table_files(),
         scaling_outputs(),
+        FRONT_PAGE,
 
 
 # One line at each end: where the results are, or what finished and how to resume. The whole-study

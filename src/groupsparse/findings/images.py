@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import math
 
-from .tables import Sources, Tables, count, interval, listing, num, power
+from .tables import FindingsError, Sources, Tables, count, fold, image_tasks, interval, listing, n_lines, num, power
 
 TITLE = "On real images?"
 STUDY = "default"
 NEAR_ONE = "mean attention mass on j* near 1 after pretraining"
-
-
-def image_tasks(config: dict) -> list[str]:
-    return [name for name, entry in config["tasks"].items() if entry["task"].get("kind") == "images"]
 
 
 def finding(studies: dict[str, Tables]) -> str:
@@ -65,7 +61,7 @@ def summary(t: Tables) -> list[str]:
         return []
     try:
         runs = image_tasks(t.config)
-    except Exception:  # a results folder without its config: no image task known
+    except FindingsError:  # a results folder without its config: no image task known
         return []
     ps = t.table("pretrain_summary")
     lines = []
@@ -76,8 +72,11 @@ def summary(t: Tables) -> list[str]:
             near = t.claims(f"{NEAR_ONE} ({run})")
             verdict = f" (near 1: {near['verdict'].iloc[0]}, {power(near.iloc[0])})" if len(near) == 1 else ""
             mean = ("attention_on_relevant_mean", "attention_on_relevant_ci_low", "attention_on_relevant_ci_high")
-            lines.append(
-                f"images, {run}: attention on the labelled slot {interval(r, 2, mean)}{verdict}, "
-                f"eval accuracy {num(r['eval_accuracy_mean'])}"
+            lines += fold(
+                f"images, {run}: ",
+                [
+                    f"attention on the labelled slot {interval(r, 2, mean)}{verdict}",
+                    f"eval accuracy {num(r['eval_accuracy_mean'])}",
+                ],
             )
-    return lines
+    return lines + n_lines(t, lambda run: run in runs)

@@ -49,13 +49,13 @@ class Tables:
     """One study's tables and config. ``folder`` holds <name>.parquet or <name>.csv; ``link``, where
     the README links them (the repository-relative folder); ``config_file``, the config that made them."""
 
-    def __init__(self, folder, config_file: str | None = None, link: str | None = None, root=None):
+    def __init__(self, folder, config_file: str | None = None, link: str | None = None, root=None, config=None):
         self.folder = Path(folder)
         self.config_file = config_file
         self.link = link or str(folder)
         self.root = Path(root) if root is not None else Path(".")
         self._cache: dict = {}
-        self._config = None
+        self._config = config  # a filled config already at hand (a run's provenance), else read from config_file
 
     def path(self, name: str) -> Path | None:
         for suffix in (".parquet", ".csv"):
@@ -104,6 +104,23 @@ def _empty():
     import pandas as pd
 
     return pd.DataFrame(columns=["claim", "measured", "low", "high", "verdict", "power"])
+
+
+def of_results(results) -> Tables:
+    """A results folder's tables (results/<study>/tables, or a docs page folder with its committed
+    tables/), with the config that made them: the run's provenance, else the committed provenance's file."""
+    import json
+
+    results = Path(results)
+    folder = results / "tables"
+    for prov in (results / "provenance.json", folder / "provenance.json"):
+        if prov.is_file():
+            data = json.loads(prov.read_text())
+            if isinstance(data.get("study"), dict):
+                return Tables(folder, data.get("config"), config=data["study"])
+            if data.get("config"):
+                return Tables(folder, data["config"])
+    return Tables(folder)
 
 
 def committed(root=".") -> dict[str, Tables]:
@@ -250,3 +267,43 @@ def span(values, digits: int = 3, sep: str = "-") -> str:
     """'0.80-1.00': the smallest and largest of ``values`` (one value if they agree)."""
     lo, hi = num(min(values), digits), num(max(values), digits)
     return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
+def fold(head: str, items: list[str], width: int = 100, sep: str = ", ") -> list[str]:
+    """``head`` then ``items`` joined by ``sep``, in lines of at most about ``width`` characters
+    (continuations indented two spaces past ``head``'s own indent): the review's long lists on a terminal."""
+    lines, current = [], head
+    indent = " " * (len(head) - len(head.lstrip()) + 2)
+    for i, item in enumerate(items):
+        piece = item + (sep if i < len(items) - 1 else "")
+        if len(current) + len(piece) > width and current.strip():
+            lines.append(current.rstrip())
+            current = indent
+        current += piece
+    lines.append(current.rstrip())
+    return lines
+
+
+def image_tasks(config: dict) -> list[str]:
+    return [name for name, entry in config["tasks"].items() if entry["task"].get("kind") == "images"]
+
+
+def n_lines(t: Tables, keep) -> list[str]:
+    """'n for 90%, <run>: method n, ...' per task run that ``keep`` accepts, and the methods that never get there."""
+    if not t.has("sample_complexity"):
+        return []
+    sc = t.table("sample_complexity")
+    sc = sc[((sc["target_accuracy"] - 0.9).abs() < 1e-9) & (sc["downstream"] == "transfer")]
+    if "role" in sc:
+        sc = sc[sc["role"] == "task"]
+    lines = []
+    for run, g in sc.groupby("run", sort=False):
+        if not keep(run):
+            continue
+        g = g.assign(sort=g["n_needed"].astype(float)).sort_values("sort")
+        got = [f"{r['method']} {count(r['n_needed'])}" for _, r in g.iterrows() if math.isfinite(r["sort"])]
+        miss = [r["method"] for _, r in g.iterrows() if not math.isfinite(r["sort"])]
+        lines += fold(f"n for 90%, {run}: ", got or ["no method"])
+        if miss:
+            lines += fold("  not reached on the grid: ", miss)
+    return lines

@@ -7,7 +7,7 @@ population limit (batch -> infinity).
 
 from __future__ import annotations
 
-from .tables import Sources, Tables, count, interval, listing, num
+from .tables import Sources, Tables, count, fold, interval, listing, num
 
 TITLE = "Does gradient descent learn the theorem's selection, at its rate?"
 STUDY = "theorem"
@@ -213,16 +213,23 @@ def finding(studies: dict[str, Tables]) -> str:
 
 
 def summary(t: Tables) -> list[str]:
-    """The out-of-sample verdicts and the constants, if the study has them."""
+    """The out-of-sample verdicts and the constant kappa per d and c, where the study has them."""
+    lines = []
     oos = t.claims(OOS)
-    if oos.empty:
-        return []
-    counts = oos["verdict"].value_counts()
-    lines = ["out-of-sample law test: " + ", ".join(f"{n} {v}" for v, n in counts.items())]
-    open_ = oos[oos["verdict"] == "inconclusive"]
-    if len(open_):
-        lines.append("  inconclusive: " + "; ".join(c.removeprefix(OOS) for c in open_["claim"][:4]))
+    if len(oos):
+        counts = oos["verdict"].value_counts()
+        lines.append("out-of-sample law test (cells): " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+        open_ = oos[oos["verdict"] == "inconclusive"]
+        if len(open_):
+            lines += fold("  inconclusive: ", [c.removeprefix(OOS) for c in open_["claim"]], sep="; ")
     kappa = t.claims("min attention reaches 1 - exp(")
+    by: dict = {}
     for _, r in kappa.iterrows():
-        lines.append(f"  {r['claim'].split(' (c chosen')[0]}: kappa {interval(r, 2)}, {r['verdict']}")
+        text = str(r["claim"])
+        c = text.split("exp(-", 1)[1].split(" D)", 1)[0]
+        d = text.split("(d = ", 1)[1].split(")", 1)[0]
+        cell = f"{num(r['measured'], 2)} (c {c})" + ("" if r["verdict"] == "descriptive" else f" {r['verdict']}")
+        by.setdefault((text.split(" steps for every ", 1)[1].split(" (d =", 1)[0], d), []).append(cell)
+    for (where, d), cells in by.items():
+        lines += fold(f"kappa to reach 1 - exp(-c D) for {where}, d = {d}: ", cells)
     return lines

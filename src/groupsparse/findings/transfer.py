@@ -9,7 +9,21 @@ from __future__ import annotations
 
 import math
 
-from .tables import Sources, Tables, count, interval, listing, method_label, missing, n_interval, num, power, span
+from .tables import (
+    FindingsError,
+    Sources,
+    Tables,
+    image_tasks,
+    interval,
+    listing,
+    method_label,
+    missing,
+    n_interval,
+    n_lines,
+    num,
+    power,
+    span,
+)
 
 TITLE = "Does transfer need d + D samples rather than dD?"
 STUDY = "default"
@@ -148,30 +162,23 @@ def finding(studies: dict[str, Tables]) -> str:
 
 
 def summary(t: Tables) -> list[str]:
-    """Per task run: the methods by the samples they need for 90%; the joint fits' verdicts."""
+    """Per task run (image tasks under question 4): the methods by the samples they need for 90%;
+    the joint fits' verdicts with their power."""
     lines = []
-    if t.has("sample_complexity"):
-        sc = t.table("sample_complexity")
-        sc = sc[(sc["target_accuracy"] - 0.9).abs() < 1e-9]
-        if "role" in sc:
-            sc = sc[sc["role"] == "task"]
-        for (run, down), g in sc.groupby(["run", "downstream"], sort=False):
-            if down != "transfer":
-                continue
-            g = g.assign(sort=g["n_needed"].astype(float)).sort_values("sort")
-            got = [f"{r['method']} {count(r['n_needed'])}" for _, r in g.iterrows() if math.isfinite(r["sort"])]
-            miss = [r["method"] for _, r in g.iterrows() if not math.isfinite(r["sort"])]
-            lines.append(f"n for 90%, {run}: " + (", ".join(got) or "no method"))
-            if miss:
-                lines.append(f"  not reached on the grid: {', '.join(miss)}")
+    try:
+        images = set(image_tasks(t.config))
+    except FindingsError:  # no config at hand: every task run is shown here
+        images = set()
+    lines += n_lines(t, lambda run: run not in images)
     joint = t.claims("")
-    joint = joint[joint["claim"].astype(str).str.contains(BELOW, regex=False) | joint["claim"].str.contains(LIKE)]
-    if len(joint):
-        cells = []
-        for _, r in joint.iterrows():
-            method, rest = r["claim"].split(": n* grows", 1)
-            target = rest.split("(accuracy ", 1)[1].split(",", 1)[0]
-            cells.append(f"{method}@{target} {r['verdict']} ({power(r)})")
-        lines.append("joint fit n* ~ d^a D^b: " + "; ".join(cells[:4]))
-        lines += ["  " + "; ".join(cells[i : i + 4]) for i in range(4, len(cells), 4)]
+    text = joint["claim"].astype(str)
+    joint = joint[text.str.contains(BELOW, regex=False) | text.str.contains(LIKE, regex=False)]
+    by: dict = {}
+    for _, r in joint.iterrows():
+        method, rest = str(r["claim"]).split(": n* grows", 1)
+        target = float(rest.split("(accuracy ", 1)[1].split(",", 1)[0])
+        by.setdefault(method, []).append(f"{target:.0%} {r['verdict']} ({power(r)})")
+    if by:
+        lines.append("joint fit n* ~ d^a D^b, a + b against d + D and dD:")
+        lines += [f"  {method}: {', '.join(cells)}" for method, cells in by.items()]
     return lines
