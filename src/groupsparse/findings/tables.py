@@ -257,6 +257,11 @@ def method_label(name: str) -> str:
     return getattr(method, "label", None) or method.description
 
 
+def steps(kappa: float) -> str:
+    """'D^3 steps' for kappa 1, else '0.5 D^3 steps' (the prose; claims' own text keeps '1 D^3')."""
+    return "D^3 steps" if float(kappa) == 1 else f"{float(kappa):g} D^3 steps"
+
+
 def listing(values, digits: int | None = None) -> str:
     """'4, 6, 8 and 12' (numbers at ``digits`` decimals, else as given)."""
     items = [num(v, digits) if digits is not None else f"{v:g}" if isinstance(v, float) else str(v) for v in values]

@@ -7,7 +7,7 @@ population limit (batch -> infinity).
 
 from __future__ import annotations
 
-from .tables import Sources, Tables, count, fold, interval, listing, num
+from .tables import Sources, Tables, count, fold, interval, listing, num, steps
 
 TITLE = "Does gradient descent learn the theorem's selection, at its rate?"
 STUDY = "theorem"
@@ -66,7 +66,7 @@ def _constant(t: Tables) -> str:
             if r["verdict"] != "inconclusive":
                 parts.append(f"kappa = {interval(r)} for c = {c:g}")
             elif r["measured"] >= budget:
-                parts.append(f"not reached within {budget:g} D^3 steps for c = {c:g}")
+                parts.append(f"not reached within {steps(budget)} for c = {c:g}")
             else:
                 parts.append(f"inconclusive (censored: at least {interval(r)}) for c = {c:g}")
         per_d.append(f"d = {d}: " + "; ".join(parts))
@@ -153,13 +153,13 @@ def _population(t: Tables) -> str:
     Ds = sorted({D for ch in checks for D in (ch["D"] if isinstance(ch["D"], list) else [ch["D"]])})
     c = a["target_c"][0]
     kappa = 1 if 1 in a["kappas"] else a["kappas"][0]
-    steps = {D: s.claim(f"steps until min attention >= 1 - exp(-{c:g} D) at batch -> infinity (population "
+    crossing = {D: s.claim(f"steps until min attention >= 1 - exp(-{c:g} D) at batch -> infinity (population "
                         f"gradient descent; d = {d}, D = {D})") for D in Ds}  # fmt: skip
     rest = {D: s.claim(f"1 - min attention at {kappa:g} D^3 steps at batch -> infinity (population gradient "
                        f"descent; d = {d}, D = {D})") for D in Ds}  # fmt: skip
-    known = [D for D in Ds if steps[D]["verdict"] != "inconclusive"]
+    known = [D for D in Ds if crossing[D]["verdict"] != "inconclusive"]
     unknown = [D for D in Ds if D not in known]
-    parts = [f"{count(steps[D]['measured'])} [{count(steps[D]['low'])}, {count(steps[D]['high'])}] at D = {D}"
+    parts = [f"{count(crossing[D]['measured'])} [{count(crossing[D]['low'])}, {count(crossing[D]['high'])}] at D = {D}"
              for D in known[-2:]]  # fmt: skip
     text = (
         "- *The population limit* (figure [population limit](docs/theorem/scaling_population_limit.png)): the "
@@ -173,7 +173,7 @@ def _population(t: Tables) -> str:
         measured = s.claim(_oos_claim(kappa, D, d))
         slower = rest[D]["low"] > measured["high"]
         comparisons.append(
-            f"1 - min attention at {kappa:g} D^3 steps is {interval(rest[D])} at D = {D} against "
+            f"1 - min attention at {steps(kappa)} is {interval(rest[D])} at D = {D} against "
             f"{num(measured['measured'])} at the grid's batch"
             + (": population gradient descent is slower there" if slower else "")
         )
@@ -205,7 +205,7 @@ def finding(studies: dict[str, Tables]) -> str:
     pre = s.config["scaling"]["pretrain"]
     config = (
         f"(`{t.config_file}`: d = {listing(grid['d_grid'])}, D = {listing(grid['D_grid'])}, "
-        f"{pre['seeds']} seeds, {s.config['dtype']}, batch {pre['batch']}, {grid['steps_per_D3']:g} D^3 steps; "
+        f"{pre['seeds']} seeds, {s.config['dtype']}, batch {pre['batch']}, {steps(grid['steps_per_D3'])}; "
         "its page [docs/theorem.md](docs/theorem.md), figure "
         "[out of sample](docs/theorem/scaling_out_of_sample.png).)"
     )

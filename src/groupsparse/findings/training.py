@@ -7,7 +7,7 @@ what does it learn instead.
 
 from __future__ import annotations
 
-from .tables import Sources, Tables, interval, listing, num, span
+from .tables import Sources, Tables, interval, listing, num, span, steps
 
 TITLE = "What does ordinary training do at large D?"
 STUDY = "theorem"
@@ -76,7 +76,7 @@ def finding(studies: dict[str, Tables]) -> str:
         f"**2. {TITLE}** {answer} The closed-form kernel keeps the theorem's symmetric subspace (v2 = 0, W's "
         "cross blocks 0) exactly; other training keeps it only up to rounding, and the rounding grows while "
         f"attention forms. Against the theorem's level, min attention >= 1 - exp(-{c:g} D) after "
-        f"{stab['steps_per_D3']:g} D^3 steps ({stab['seeds']} seeds, d = {d}, every D of the grid): "
+        f"{steps(stab['steps_per_D3'])} ({stab['seeds']} seeds, d = {d}, every D of the grid): "
         + "; ".join(parts)
         + f"{attention}."
     )
