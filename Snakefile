@@ -9,9 +9,6 @@ if not workflow.overwrite_configfiles:
     configfile: f"{workflow.basedir}/config.yaml"
 
 
-report: "workflow/report/workflow.rst"
-
-
 include: "workflow/rules/common.smk"
 include: "workflow/rules/study.smk"
 include: "workflow/rules/pretrain.smk"
@@ -19,6 +16,10 @@ include: "workflow/rules/transfer.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/scaling.smk"
 include: "workflow/rules/images.smk"
+
+
+# The report opens on the run's summary (rule review, aggregate.smk) once it exists.
+report: REPORT_FRONT
 
 
 rule all:

@@ -1,6 +1,7 @@
 """The cost model calibrated on this machine: the probe's measured and predicted times describe
 the same work, the whole-study figure spreads the jobs over the cores, and `groupsparse status`
-subtracts finished and running work from the start's per-job predictions."""
+counts the work left: running jobs by their own progress, the others by the start's per-job
+predictions scaled by how long the finished jobs took against theirs."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_the_study_time_spreads_jobs_over_slots_but_never_below_the_longest_chai
     assert calibrate.study_seconds(jobs, cores=4, threads=4) == pytest.approx(194.0)  # one job at a time
 
 
-def test_status_counts_only_the_work_left(tmp_path, capsys):
+def test_status_counts_only_the_work_left_corrected_by_the_run_so_far(tmp_path, capsys):
     results = tmp_path / "results" / "s"
     jobs = {"pretrain/a/seeds0-1": 120.0, "transfer/a/seeds0-1/g": 60.0, "aggregate": 6.0}
     (results / "logs" / "pretrain/a").mkdir(parents=True)
@@ -51,8 +52,13 @@ def test_status_counts_only_the_work_left(tmp_path, capsys):
     now = time.time()
     line = status.time_left_line(results, now)
     assert line.startswith("about 2.4min left") and "3 jobs" in line  # 80 + 60 + 6 s
-    (results / "benchmarks/pretrain/a/seeds0-1.tsv").write_text("s\n1\n")
-    assert status.time_left_line(results, now).startswith("about 66s left")
+    # the pretraining job finished at twice its predicted time: the jobs left are scaled by that
+    (results / "benchmarks/pretrain/a/seeds0-1.tsv").write_text("s\tmax_rss\n240\t100\n")
+    line = status.time_left_line(results, now)
+    assert line.startswith("about 2.2min left") and "2 jobs" in line and "2.00x" in line  # (60 + 6) x 2
+    (results / "logs/transfer/a/seeds0-1").mkdir(parents=True)
+    (results / "logs/transfer/a/seeds0-1/g.log").write_text("progress: 1/4 fits (25%), 30s elapsed, about 90s left\n")
+    assert status.time_left_line(results, now).startswith("about 102s left")  # its own 90 s, then 6 x 2
     os.remove(results / calibrate.ESTIMATE_FILE)
     assert status.time_left_line(results, now) is None  # no estimate: no line rather than a guess
     assert status.seconds_of("3.5min") == 210 and status.seconds_of("2.1h") == pytest.approx(7560)

@@ -1,8 +1,11 @@
-"""benchmarks/estimate_vs_recorded.py: the cost model's CPU time beside a run's recorded job benchmarks."""
+"""benchmarks/estimate_vs_recorded.py: the start-of-run estimate and the cost model's CPU time beside a
+run's recorded job benchmarks."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -32,3 +35,33 @@ def test_each_benchmarked_run_gets_the_estimate_and_the_sum_of_its_jobs_cpu_time
     assert df.loc["base", "recorded_cpu_min"] == pytest.approx(2.0)
     assert df.loc["base", "predicted_cpu_min"] == pytest.approx(predicted)
     assert estimate_vs_recorded.table(config, tmp_path, runs="nothing").empty
+
+
+def test_the_start_estimate_is_set_against_the_recorded_jobs_and_the_run_time(tmp_path):
+    results = tmp_path / "results" / "s"
+    jobs = {"pretrain/a/seeds0-1": 120.0, "transfer/a/seeds0-1/g": 60.0, "aggregate": 6.0, "figures/a": 30.0}
+    start = 1_000_000.0
+    (results / "benchmarks" / "pretrain" / "a").mkdir(parents=True)
+    (results / "benchmarks" / "transfer" / "a" / "seeds0-1").mkdir(parents=True)
+    estimate = {"cores": 1, "threads": 1, "written": start, "jobs": jobs}
+    (results / "estimate.json").write_text(json.dumps(estimate))
+    for job, took, end in (("pretrain/a/seeds0-1", 240.0, start + 240), ("transfer/a/seeds0-1/g", 90.0, start + 330),
+                           ("aggregate", 6.0, start + 340)):  # fmt: skip
+        tsv = results / "benchmarks" / f"{job}.tsv"
+        tsv.write_text(f"s\tcpu_time\n{took}\t{took}\n")
+        os.utime(tsv, (end, end))
+    check = estimate_vs_recorded.start_estimate(results)
+    kinds = check["kinds"].set_index("kind")
+    assert list(kinds.index) == ["aggregate", "pretrain", "transfer"]  # the unfinished figures job is left out
+    assert kinds.loc["pretrain", "predicted_over_recorded"] == pytest.approx(0.5)
+    assert kinds.loc["transfer", "recorded_min"] == pytest.approx(1.5)
+    assert check["recorded_s"] == pytest.approx(340.0) and check["predicted_s"] == pytest.approx(186.0)
+    text = estimate_vs_recorded.start_estimate_text(check)
+    assert "estimate / recorded = 0.55" in text and "loaded by other work during the run runs longer" in text
+    assert "rewrote" not in text
+    assert estimate_vs_recorded.start_estimate(results, wall_seconds=372.0)["recorded_s"] == 372.0
+    (results / "estimate.json").write_text(json.dumps(estimate | {"written": start + 3600}))
+    assert "not the estimate the run started with" in estimate_vs_recorded.start_estimate_text(
+        estimate_vs_recorded.start_estimate(results)
+    )
+    assert estimate_vs_recorded.start_estimate(tmp_path) is None

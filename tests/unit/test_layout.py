@@ -76,7 +76,8 @@ def test_no_import_circle():
 # The layers, lowest first: a package may import its own layer and those before it, never one after.
 # Settings and files at the bottom; the data, the model and its training above them; the transfer
 # comparison and its costs above training; the study's run table and parse-time checks above the
-# costs they consult; then analysis of the tables, the figures, the CLI commands and the CLI itself.
+# costs they consult; then analysis of the tables, the figures, the findings (the README's text and the
+# review's summary), the CLI commands and the CLI itself.
 LAYERS = (
     ("config",),
     ("io",),
@@ -88,6 +89,7 @@ LAYERS = (
     ("study",),
     ("analysis",),
     ("figures",),
+    ("findings",),
     ("commands",),
     ("cli",),
 )

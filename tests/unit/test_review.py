@@ -55,3 +55,77 @@ def test_problems_name_diverged_runs_failed_fits_and_grid_edges():
         ("hp at grid edge", "a", "mlp"),
     ]
     assert rows[0]["detail"] == "2 of 5 seeds" and rows[2]["detail"] == "1 of 3 fits, at n = 8"
+
+
+# --- the one-screen summary (the default) and the report's front page
+
+
+def test_the_summary_of_each_shipped_study_fits_a_screen_and_answers_its_questions():
+    from conftest import REPO
+
+    theorem = review.summary_lines(REPO / "docs" / "theorem")
+    default = review.summary_lines(REPO / "docs" / "results")
+    for lines in (theorem, default):
+        assert len(lines) <= review.SCREEN and all(len(line) <= 110 for line in lines[1:]), "\n".join(lines)
+        assert lines[-1].startswith("  ") or lines[-1].startswith("problems")
+    assert [line.split(". ")[0] for line in theorem if line[:2] in ("1.", "2.", "3.", "4.")] == ["1", "2"]
+    assert "9 one law: exponential, 3 inconclusive" in "\n".join(theorem)
+    text = "\n".join(default)
+    assert [line.split(". ")[0] for line in default if line[:2] in ("1.", "2.", "3.", "4.")] == ["1", "3", "4"]
+    assert "pretrained_probe 43, group_lasso 61" in text and "pretrained_probe: 80% inconclusive (power 1.00)" in text
+    assert "claims: 204: 72 holds, 45 descriptive" in text
+
+
+def big_results(tmp_path, runs: int):
+    """A results folder with ``runs`` task runs, every one with a diverged seed and a grid edge."""
+    from groupsparse.io import files as io
+
+    tables = tmp_path / "tables"
+    tables.mkdir(parents=True)
+    names = [f"task{i}" for i in range(runs)]
+    sc = pd.DataFrame(
+        [{"run": r, "role": "task", "downstream": "transfer", "method": m, "target_accuracy": 0.9, "n_needed": n,
+          "ci_low": 1.0, "ci_high": 2.0, "reached_on_grid": True, "n_seeds": 5, "max_n_on_grid": 99.0}
+         for r in names for m, n in (("logreg", 50.0), ("mlp", 70.0))]
+    )  # fmt: skip
+    ps = pd.DataFrame([{"run": r, "role": "task", "n_seeds_ok": 4, "n_seeds_diverged": 1} for r in names])
+    tr = pd.DataFrame([{"run": r, "method": "mlp", "n": 8, "hp_at_edge": True} for r in names])
+    for name, df in (("sample_complexity", sc), ("pretrain_summary", ps), ("transfer", tr)):
+        io.write_parquet(df, tables / f"{name}.parquet", {})
+    return tmp_path
+
+
+def test_a_big_study_is_cut_to_a_screen_and_says_where_the_rest_is(tmp_path):
+    lines = review.summary_lines(big_results(tmp_path, 60))
+    text = "\n".join(lines)
+    assert len(lines) <= review.SCREEN, text
+    assert "(the rest: --all)" in text
+    assert "diverged (60): task0 pretraining: 1 of 5 seeds" in text and "and 56 more" in text
+    assert "hp at grid edge (60)" in text
+    assert len(review.summary_lines(big_results(tmp_path / "small", 2))) < 20  # nothing cut when it fits
+
+
+def test_all_and_csv_give_the_full_tables(tmp_path, capsys):
+    from groupsparse import cli
+
+    results = big_results(tmp_path, 40)
+    assert cli.main(["review", str(results), "--all"]) == 0
+    full = capsys.readouterr().out
+    assert full.count("not reached") == 0 and sum(1 for line in full.splitlines() if " logreg " in line) == 40
+    assert cli.main(["review", str(results), "--csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0] == ",".join(review.COLUMNS) and len(rows) == 1 + 80 + 40 + 40
+
+
+def test_the_report_front_page_is_the_description_then_the_summary(tmp_path):
+    from groupsparse import cli
+
+    results = big_results(tmp_path, 2)
+    intro = tmp_path / "intro.rst"
+    intro.write_text("The study.\n")
+    out = tmp_path / "front.rst"
+    assert cli.main(["review", str(results), "--intro", str(intro), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert page.startswith("The study.\n\nThis run\n--------\n\n::\n\n    review of ")
+    summary = "\n".join(review.summary_lines(results))
+    assert "\n".join(line[4:] for line in page.split("::\n\n", 1)[1].splitlines()) == summary

@@ -93,3 +93,31 @@ def test_documented_groupsparse_commands_parse(where, command):
     options = {s for action in subcommands[words[0]]._actions for s in action.option_strings}
     unknown = [w.split("=")[0] for w in words if w.startswith("--") and w.split("=")[0] not in options]
     assert not unknown, f"{where}: {command!r} uses {unknown}"
+
+
+SCRIPT = REPO / ".ci" / "documented-commands.sh"
+
+
+@pytest.mark.parametrize(
+    "where,command",
+    [c for c in COMMANDS if c[0].startswith(("README.md", "docs/usage.md"))],
+    ids=[c[0] for c in COMMANDS if c[0].startswith(("README.md", "docs/usage.md"))],
+)
+def test_ci_runs_every_command_of_the_readme_and_usage_page(where, command):
+    """.ci/documented-commands.sh (run by .ci/run) runs each such command's subcommand, flags and config,
+    or says under "Not run here" why not."""
+    script = SCRIPT.read_text()
+    ran, skipped = script.split("# Not run here", 1)
+    words = shlex.split(command)
+    if words[0] == "groupsparse":
+        assert f"groupsparse {words[1]}" in ran, f"{where}: {command!r}: no `groupsparse {words[1]}` in {SCRIPT.name}"
+        return
+    parts = [w for w in words[1:] if w.startswith("-") or w.endswith(".yaml")]
+    if any(w in skipped for w in words[1:] if "/" in w and not w.endswith(".yaml")):
+        return  # e.g. the Slurm profile: named under "Not run here"
+    missing = [w for w in parts if w.split("=")[0] not in ran and w not in ("all",)]
+    assert not missing, f"{where}: {command!r}: {SCRIPT.name} never uses {missing}"
+
+
+def test_ci_calls_the_documented_commands_script():
+    assert "bash .ci/documented-commands.sh" in (REPO / ".ci" / "run").read_text()

@@ -1,7 +1,7 @@
 """The report works for every shipped config: every report() caption exists (checked at parse
 time, so every config's dry run checks it), and `snakemake --report` builds for a small study with
 the default study's figure set (per-task figures, image figures, every scaling figure, claims);
-`groupsparse review` answers from that study's tables."""
+`groupsparse review` answers from that study's tables, and the report opens on its summary."""
 
 from __future__ import annotations
 
@@ -107,6 +107,13 @@ def test_the_report_builds_for_a_study_with_the_default_figure_set(tmp_path):
     )
     assert rep.returncode == 0, (rep.stdout + rep.stderr)[-3000:]
     assert report.stat().st_size > 100_000
+    # the report opens on the review's one-screen summary (rule review)
+    summary = subprocess.run(
+        ["groupsparse", "review", str(work / "results/report")], capture_output=True, text=True, timeout=120
+    )
+    assert summary.returncode == 0 and len(summary.stdout.splitlines()) <= 50, summary.stdout
+    front = (work / "results/report/report_front.rst").read_text()
+    assert summary.stdout.splitlines()[1] in front and "This run" in report.read_text()
 
     # the review answers from this study's tables: n at 90%, every claim with its verdict, the problems
     review = subprocess.run(
@@ -125,7 +132,7 @@ def test_the_report_builds_for_a_study_with_the_default_figure_set(tmp_path):
     for r, power in zip(reviewed, powers):
         assert ("power n/a" in r["detail"]) == (not pd.notna(power)), (r, power)
     sc = pd.read_parquet(tables / "sample_complexity.parquet")
-    at_90 = sc[(sc["target_accuracy"] == 0.9) & (sc["role"] == "task")]  # --all: every run
+    at_90 = sc[sc["target_accuracy"] == 0.9]  # the full tables: every run
     n_rows = [r for r in rows if r["question"] == "n for 90%"]
     assert len(n_rows) == len(at_90)
     for r in n_rows:

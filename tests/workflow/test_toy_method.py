@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pandas as pd
+import pytest
 import yaml
 
 from conftest import REPO, tiny_config
@@ -45,6 +46,7 @@ def fit(ctx, X, y, evals, hps, gens, start=None, online=None):
 '''
 
 
+@pytest.mark.slow
 def test_a_new_method_module_runs_through_a_tiny_study_with_no_other_file_changed(tmp_path):
     copy = tmp_path / "repo"
     for part in ("src", "workflow", "Snakefile"):

@@ -7,6 +7,7 @@ localrules:
     figures,
     transfer_figure,
     image_figures,
+    review,
 
 
 # Every per-job table is checked (schema only) in its own job first: Snakemake removes a job's
@@ -133,3 +134,39 @@ rule transfer_figure:
     shell:
         "groupsparse plot --kind transfer --tables {params.tables:q} --run {wildcards.run:q}"
         " --outdir {params.outdir:q} > {log:q} 2>&1"
+
+
+# The review's one-screen summary (groupsparse review) as the HTML report's front page: the study's
+# description, then the summary of this run. Until the rule has run, the report opens on the description.
+FRONT_PAGE = f"{R}/report_front.rst"
+REPORT_INTRO = f"{workflow.basedir}/workflow/report/workflow.rst"
+REPORT_FRONT = (
+    str(Path(FRONT_PAGE).resolve()) if Path(FRONT_PAGE).is_file() else REPORT_INTRO
+)
+REVIEW_TABLES = (
+    [f"{R}/tables/pretrain_summary.parquet", f"{R}/provenance.json"]
+    + [str(t) for t in transfer_table_outputs() if str(t).endswith(".parquet")]
+    + ([f"{R}/tables/claims.parquet"] if scaling_enabled() else [])
+)
+
+
+rule review:
+    input:
+        tables=REVIEW_TABLES,
+        intro=REPORT_INTRO,
+    output:
+        FRONT_PAGE,
+    log:
+        f"{R}/logs/review.log",
+    benchmark:
+        f"{R}/benchmarks/review.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        results=lambda w, input: str(Path(input.tables[0]).parent.parent),
+    shell:
+        "groupsparse review {params.results:q} --intro {input.intro:q} --out {output:q} > {log:q} 2>&1"

@@ -132,6 +132,7 @@ def _study_jobs():
         "transfer_figure": [{"run": r} for r in named if RUNS[r].transfer is not None],
         "predict": [{}] if scaling_enabled() else [],
         "scaling": [{}] if scaling_enabled() else [],
+        "review": [{}],
     } | {  # the task kinds' own figure rules (data.kinds: image_figures), one job per named run
         figure_rule: [
             {"run": r} for r in named if figure_rule in kind_of_run(r).figure_rules
@@ -236,6 +237,7 @@ def final_outputs():
         *KIND_FIGURE_RULES,
         "predict",
         "scaling",
+        "review",
     )
     return [f for rule in finals for f in outputs_of(rule)]
 

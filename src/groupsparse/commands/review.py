@@ -1,10 +1,13 @@
 """`groupsparse review results/<study>`: a finished study's answers, read from its tables.
 
-Three questions a reviewer asks, one row per answer: which methods reach the target accuracy
-(90% by default) at which n (sample_complexity.parquet), which claims hold and with what power
-(claims.parquet; power n/a when the table has no `power` column), and which runs diverged, had
-failed fits, or picked a hyperparameter at the edge of its grid (pretrain_summary.parquet,
-summary.parquet, transfer.parquet). As a terminal table, or `--csv` for a spreadsheet.
+By default one screen (at most SCREEN lines): per question of the README, its answer with the
+claims' verdicts and power (groupsparse.findings, one module per question), then the claims'
+verdict counts and what went wrong: runs that diverged, fits that failed, hyperparameters chosen
+at the edge of their grid. `--all` prints the full tables instead, one row per answer: the n needed
+for the target accuracy (90% by default) of every run (sample_complexity.parquet), every claim
+with its power (claims.parquet; n/a where the table has no `power` column), every problem
+(pretrain_summary.parquet, summary.parquet, transfer.parquet); `--csv` writes them as CSV. The
+workflow's `review` rule writes the summary as the HTML report's front page.
 """
 
 from __future__ import annotations
@@ -12,15 +15,22 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+SCREEN = 50  # lines of the default summary: one terminal screen
 COLUMNS = ("question", "run", "downstream", "what", "answer", "detail")  # what: the method, or the claim
 
 
 def register(sub) -> None:
-    p = sub.add_parser("review", help="which methods reach 90% at which n, which claims hold, what went wrong")
-    p.add_argument("results", help="a study's results folder, e.g. results/default")
+    p = sub.add_parser("review", help="a study's answers on one screen: per README question, verdicts, what failed")
+    p.add_argument("results", help="a study's results folder, e.g. results/default (or a docs page: docs/results)")
     p.add_argument("--target", type=float, default=0.9, help="accuracy target for the n needed (default 0.9)")
-    p.add_argument("--csv", action="store_true", help="write CSV to stdout instead of a terminal table")
-    p.add_argument("--all", action="store_true", help="n for the target of every run (default: the named tasks)")
+    p.add_argument("--all", action="store_true", help="the full tables: every run's n, every claim, every problem")
+    p.add_argument("--csv", action="store_true", help="the full tables as CSV")
+    p.add_argument("--out", default=None, help="write to this file (atomically) instead of the terminal")
+    p.add_argument(
+        "--intro",
+        default=None,
+        help="a reStructuredText file: write it, then the summary as a section (the HTML report's front page)",
+    )
     p.set_defaults(func=run)
 
 
@@ -150,24 +160,93 @@ def left_aligned(df) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
+def full_text(df) -> str:
+    """The full tables, one block per question, aligned."""
+    if df.empty:
+        return "no sample-complexity, claims or pretraining tables to review"
+    out = []
+    for question, g in df.groupby("question", sort=False):
+        out.append(f"\n== {question} ==")
+        shown = g.drop(columns="question")
+        for column in ("downstream", "run"):
+            if (shown[column].astype(str) == "").all():
+                shown = shown.drop(columns=column)
+        out.append(left_aligned(shown))
+    if not any(q in set(df["question"]) for q in ("diverged", "fit not ok", "hp at grid edge")):
+        out.append("\nno run diverged, no fit failed, no hyperparameter at a grid edge")
+    return "\n".join(out)
+
+
+def summary_lines(results: str | Path, target: float = 0.9, limit: int = SCREEN) -> list[str]:
+    """The one-screen review: per README question its lines (groupsparse.findings), the claims'
+    verdicts, what went wrong; trimmed to ``limit`` lines (the longest blocks first)."""
+    from ..findings import QUESTIONS
+    from ..findings.tables import fold, of_results
+    from ..io.files import InputError
+
+    tables = of_results(results)
+    if not tables.folder.is_dir():
+        raise InputError(f"{tables.folder}: no tables yet (run the study first: snakemake --configfile <its config>)")
+    blocks = []
+    for number, question in enumerate(QUESTIONS, 1):
+        lines = question.summary(tables)
+        if lines:
+            blocks.append([f"{number}. {question.TITLE}", *("  " + line for line in lines)])
+    claims = tables.table("claims") if tables.has("claims") else None
+    if claims is not None and len(claims):
+        counts = claims["verdict"].value_counts()
+        blocks.append(fold(f"claims: {len(claims)}: ", [f"{n} {v}" for v, n in counts.items()]))
+    blocks.append(problem_summary(problem_rows(*(_table(tables.folder, n) for n in PROBLEM_TABLES))))
+    head = f"review of {results} (per question of the README; the full tables: --all or --csv)"
+    return [head, *_trimmed(blocks, limit - 1)]
+
+
+PROBLEM_TABLES = ("pretrain_summary", "summary", "transfer")
+
+
+def problem_summary(rows: list[dict]) -> list[str]:
+    """What went wrong, one line per kind (the runs and methods named, counted)."""
+    if not rows:
+        return ["problems: no run diverged, no fit failed, no hyperparameter at a grid edge"]
+    from ..findings.tables import fold
+
+    lines = ["problems:"]
+    for kind in ("diverged", "fit not ok", "hp at grid edge"):
+        found = [r for r in rows if r["question"] == kind]
+        if found:
+            named = [f"{r['run']} {r['what']}: {r['detail']}" for r in found[:4]]
+            more = [f"and {len(found) - 4} more"] if len(found) > 4 else []
+            lines += fold(f"  {kind} ({len(found)}): ", named + more, sep="; ")
+    return lines
+
+
+def _trimmed(blocks: list[list[str]], limit: int) -> list[str]:
+    """The blocks' lines, the longest block cut (with a line saying so) until all fit in ``limit``."""
+    blocks = [list(b) for b in blocks]
+    while sum(map(len, blocks)) > limit:
+        longest = max(blocks, key=len)
+        if len(longest) <= 2:
+            break
+        cut = longest[:-2] if not longest[-1].endswith("(--all)") else longest[:-3]
+        blocks[blocks.index(longest)] = cut + ["  ... (the rest: --all)"]
+    return [line for b in blocks for line in b][:limit]
+
+
 def run(args) -> int:
     import sys
 
-    df = review(args.results, args.target, args.all)
-    if args.csv:
-        df.to_csv(sys.stdout, index=False)
-        return 0
-    if df.empty:
-        print(f"{args.results}: no sample-complexity, claims or pretraining tables to review")
-        return 0
-    for question, g in df.groupby("question", sort=False):
-        print(f"\n== {question} ==")
-        shown = g.drop(columns="question")
-        if (shown["downstream"].astype(str) == "").all():
-            shown = shown.drop(columns="downstream")
-        if (shown["run"].astype(str) == "").all():
-            shown = shown.drop(columns="run")
-        print(left_aligned(shown))
-    if not any(q in set(df["question"]) for q in ("diverged", "fit not ok", "hp at grid edge")):
-        print("\nno run diverged, no fit failed, no hyperparameter at a grid edge")
+    from ..io.files import write_text_atomic
+
+    if args.csv or args.all:
+        df = review(args.results, args.target, all_runs=True)
+        text = df.to_csv(index=False) if args.csv else full_text(df) + "\n"
+    else:
+        text = "\n".join(summary_lines(args.results, args.target)) + "\n"
+    if args.intro:
+        body = "\n".join("    " + line if line else "" for line in text.splitlines())
+        text = Path(args.intro).read_text().rstrip() + "\n\nThis run\n--------\n\n::\n\n" + body + "\n"
+    if args.out:
+        write_text_atomic(args.out, text)
+    else:
+        sys.stdout.write(text)
     return 0

@@ -1,13 +1,16 @@
-"""`groupsparse snapshot`: copy a finished run's main figures to docs/results/ and write its
-tables and claims as Markdown to docs/results.md (the README links it); see :mod:`groupsparse.io.report`."""
+"""`groupsparse snapshot`: a finished run's results into the docs: its main figures to docs/results/,
+its tables and claims as Markdown to docs/results.md, its CSV tables to docs/results/tables/ (the
+committed tables), and, for a shipped study, the README's findings section regenerated from the
+committed tables (see :mod:`groupsparse.io.report` and :mod:`groupsparse.findings`).
+`--findings-only` regenerates that section alone."""
 
 from __future__ import annotations
 
 
 def register(sub) -> None:
-    p = sub.add_parser("snapshot", help="write a finished study's results and claims to docs/results.md")
+    p = sub.add_parser("snapshot", help="write a finished study's results to the docs and the README's findings")
     p.add_argument("--results", default="results/default", help="a finished study's results folder")
-    p.add_argument("--docs", default="docs/results", help="where the figure copies go")
+    p.add_argument("--docs", default="docs/results", help="where the figure copies go (the tables in <docs>/tables)")
     p.add_argument("--out", default="docs/results.md", help="the Markdown file written (whole, generated)")
     p.add_argument(
         "--wall-seconds",
@@ -21,10 +24,26 @@ def register(sub) -> None:
         action="store_true",
         help="write numbers computed from uncommitted code or from another commit than HEAD (refused by default)",
     )
+    p.add_argument(
+        "--findings-only",
+        action="store_true",
+        help="only rewrite README.md's findings section from the committed tables (docs/*/tables/)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from ..findings import readme
+    from ..findings.tables import SHIPPED, commit_tables
+
+    if args.findings_only:
+        changed = readme.write(".")
+        print(f"README.md findings section {'rewritten' if changed else 'unchanged'} from the committed tables")
+        return 0
+
     from ..io.report import results_commit_problem, write_snapshot
 
     problem = results_commit_problem(args.results)
@@ -34,5 +53,10 @@ def run(args) -> int:
         raise InputError(f"{problem}; commit, rerun the study, then snapshot (or --allow-dirty)")
 
     count = write_snapshot(args.results, args.docs, args.out, args.wall_seconds, args.cores)
-    print(f"wrote {args.out} and {count} figures to {args.docs}")
+    tables = commit_tables(args.results, Path(args.docs) / "tables")
+    print(f"wrote {args.out}, {count} figures to {args.docs} and {len(tables)} tables to {args.docs}/tables")
+    study = (json.loads((Path(args.results) / "provenance.json").read_text()).get("study") or {}).get("study_name")
+    if any(s.name == study and Path(s.page) == Path(args.docs) for s in SHIPPED) and Path("README.md").is_file():
+        changed = readme.write(".")
+        print(f"README.md findings section {'rewritten' if changed else 'unchanged'} from the committed tables")
     return 0

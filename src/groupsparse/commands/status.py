@@ -70,9 +70,19 @@ def seconds_of(text: str) -> float:
     return float(match.group(1)) * {"s": 1, "min": 60, "h": 3600}[match.group(2)] if match else 0.0
 
 
+def recorded_seconds(benchmark: Path) -> float | None:
+    """A finished job's wall seconds (the `s` column snakemake wrote), None if unreadable."""
+    try:
+        header, row = benchmark.read_text().splitlines()[:2]
+        return float(row.split("\t")[header.split("\t").index("s")])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def time_left_line(results: Path, now: float) -> str | None:
-    """From results/<study>/estimate.json (the calibrated per-job predictions the run's start wrote):
-    the predicted time of the jobs without a benchmark file, less what running jobs have spent."""
+    """From results/<study>/estimate.json (the calibrated per-job predictions the run's start wrote),
+    corrected by the run so far: a running job's own progress line gives its time left; a job not
+    started is its prediction scaled by how long the finished jobs took against theirs."""
     import json
 
     from ..costs.calibrate import ESTIMATE_FILE, study_seconds
@@ -83,19 +93,33 @@ def time_left_line(results: Path, now: float) -> str | None:
         jobs = estimate["jobs"]
     except (OSError, ValueError, KeyError):
         return None
+    finished = {}
+    for job, seconds in jobs.items():
+        took = recorded_seconds(results / "benchmarks" / f"{job}.tsv")
+        if took is not None:
+            finished[job] = (took, seconds)
+    predicted = sum(p for _, p in finished.values())
+    scale = sum(t for t, _ in finished.values()) / predicted if predicted > 0 else 1.0
     left = {}
     for job, seconds in jobs.items():
-        if (results / "benchmarks" / f"{job}.tsv").is_file():
+        if job in finished or (results / "benchmarks" / f"{job}.tsv").is_file():
             continue
         log = results / "logs" / f"{job}.log"
-        spent = 0.0
+        found = []
         if log.is_file():
             found = [m for m in map(PATTERN.match, log.read_text(errors="replace").splitlines()) if m]
+        if found and found[-1].group("left"):
+            left[job] = seconds_of(found[-1].group("left"))  # the job's own rate so far
+        else:
             spent = seconds_of(found[-1].group("elapsed")) if found else 0.0
-        left[job] = max(seconds - spent, 0.0)
+            left[job] = max(seconds * scale - spent, 0.0)
     if not left:
         return None
     total = study_seconds(left, estimate.get("cores", 1), estimate.get("threads", 1))
-    return (
-        f"about {duration(total)} left on this machine for {len(left)} jobs (calibrated estimate from the run's start)"
+    basis = (
+        f"the start's calibrated estimate scaled by the {len(finished)} finished jobs' time against theirs "
+        f"({scale:.2f}x) and running jobs' own progress"
+        if finished
+        else "the start's calibrated estimate and running jobs' own progress; no job has finished to correct it"
     )
+    return f"about {duration(total)} left on this machine for {len(left)} jobs ({basis})"

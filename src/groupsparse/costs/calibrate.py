@@ -126,7 +126,15 @@ def load_or_measure(results: str | os.PathLike, threads: int = 1) -> dict:
 # The jobs the cost model leaves out (tables and figures): their wall seconds beyond the process
 # start in the tiny study's and tests/workflow/test_report.py's study's runs (benchmarks/*.tsv less
 # the measured start), scaled like pretraining. Small beside a real study's training, most of a tiny one.
-SMALL_JOB_S = {"check_tables": 0.0, "aggregate": 2.0, "figures": 4.0, "image_figures": 10.0, "scaling": 40.0}
+# review reads a few tables, like check_tables: its process start is all of it.
+SMALL_JOB_S = {
+    "check_tables": 0.0,
+    "review": 0.0,
+    "aggregate": 2.0,
+    "figures": 4.0,
+    "image_figures": 10.0,
+    "scaling": 40.0,
+}
 
 
 def job_predictions(runs: dict, config: dict, cal: dict) -> dict[str, float]:
@@ -152,7 +160,7 @@ def job_predictions(runs: dict, config: dict, cal: dict) -> dict[str, float]:
             for group, methods in run.method_groups.items():
                 cost = transfer_cost(run.spec, run.transfer, methods, run.sizes, seeds, device, tt)
                 out[f"transfer/{name}/seeds{chunk}/{group}"] = transfer_s(cost)
-    small = {"check_tables": "check_tables", "aggregate": "aggregate"}
+    small = {"check_tables": "check_tables", "aggregate": "aggregate", "review": "review"}
     for name, run in runs.items():
         if run.role == "task":
             small[f"figures/{name}"] = "figures"
@@ -207,7 +215,10 @@ def study_estimate_line(runs: dict, config: dict, cores: int, results: str | os.
     predictions = job_predictions(runs, config, cal)
     write_text_atomic(
         Path(results) / ESTIMATE_FILE,
-        json.dumps({"cores": cores, "threads": threads, "calibration": cal, "jobs": predictions}, indent=1),
+        json.dumps(
+            {"cores": cores, "threads": threads, "written": time.time(), "calibration": cal, "jobs": predictions},
+            indent=1,
+        ),
     )
     benchmarks = Path(results) / "benchmarks"
     to_run = {job: s for job, s in predictions.items() if not (benchmarks / f"{job}.tsv").is_file()}

@@ -1,0 +1,317 @@
+"""What a finding reads, and how it names it: a study's tables and config, the tables each
+bullet used, and the number formats.
+
+A study's tables are its committed copies (docs/<page>/tables/<name>.csv, written by `groupsparse
+snapshot`) or a results folder's (results/<study>/tables/<name>.parquet, else .csv); both carry the
+workflow's column names. Claims are found by the start of their text, which the analysis writes
+from the config's values, so a finding asks for exactly the claims its config implies and a
+missing one stops the generator with its text and table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..io import tables as names
+from ..io.files import InputError
+
+COMMITTED = names.CSV_TABLES  # the tables a snapshot commits, as CSV
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """A study whose tables are committed: its name, config and page folder (figures; tables in
+    <page>/tables)."""
+
+    name: str
+    config: str
+    page: str
+
+    @property
+    def tables(self) -> str:
+        return f"{self.page}/tables"
+
+
+# The README's findings read these studies' committed tables.
+SHIPPED = (
+    Shipped("default", "config.yaml", "docs/results"),
+    Shipped("theorem", "configs/theorem.yaml", "docs/theorem"),
+)
+
+
+class FindingsError(InputError):
+    """A table, row or claim that a finding needs is missing (one line naming it)."""
+
+
+class Tables:
+    """One study's tables and config. ``folder`` holds <name>.parquet or <name>.csv; ``link``, where
+    the README links them (the repository-relative folder); ``config_file``, the config that made them."""
+
+    def __init__(self, folder, config_file: str | None = None, link: str | None = None, root=None, config=None):
+        self.folder = Path(folder)
+        self.config_file = config_file
+        self.link = link or str(folder)
+        self.root = Path(root) if root is not None else Path(".")
+        self._cache: dict = {}
+        self._config = config  # a filled config already at hand (a run's provenance), else read from config_file
+
+    def path(self, name: str) -> Path | None:
+        for suffix in (".parquet", ".csv"):
+            path = self.folder / f"{name}{suffix}"
+            if path.is_file():
+                return path
+        return None
+
+    def has(self, name: str) -> bool:
+        return self.path(name) is not None
+
+    def table(self, name: str):
+        if name not in self._cache:
+            import pandas as pd
+
+            path = self.path(name)
+            if path is None:
+                raise FindingsError(f"{self.folder}/{name}.csv: no such table")
+            self._cache[name] = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        return self._cache[name]
+
+    @property
+    def config(self) -> dict:
+        """The config with the schema's defaults filled in (what the run used)."""
+        if self._config is None:
+            import yaml
+
+            from ..config.schema import fill_defaults, study_schema
+
+            if self.config_file is None:
+                raise FindingsError(f"{self.folder}: no config file given for these tables")
+            config = yaml.safe_load((self.root / self.config_file).read_text())
+            fill_defaults(config, study_schema())
+            self._config = config
+        return self._config
+
+    def claims(self, start: str):
+        """The claims whose text starts with ``start`` (empty if none or no claims table)."""
+        if not self.has("claims"):
+            return _empty()
+        c = self.table("claims")
+        return c[c["claim"].astype(str).str.startswith(start)]
+
+
+def _empty():
+    import pandas as pd
+
+    return pd.DataFrame(columns=["claim", "measured", "low", "high", "verdict", "power"])
+
+
+def of_results(results) -> Tables:
+    """A results folder's tables (results/<study>/tables, or a docs page folder with its committed
+    tables/), with the config that made them: the run's provenance, else the committed provenance's file."""
+    import json
+
+    results = Path(results)
+    folder = results / "tables"
+    for prov in (results / "provenance.json", folder / "provenance.json"):
+        if prov.is_file():
+            data = json.loads(prov.read_text())
+            if isinstance(data.get("study"), dict):
+                return Tables(folder, data.get("config"), config=data["study"])
+            if data.get("config"):
+                return Tables(folder, data["config"])
+    return Tables(folder)
+
+
+def committed(root=".") -> dict[str, Tables]:
+    """The shipped studies' committed tables, by study name (``root``: the repository)."""
+    root = Path(root)
+    return {s.name: Tables(root / s.tables, s.config, s.tables, root) for s in SHIPPED}
+
+
+def commit_tables(results, folder) -> list[str]:
+    """Copy a finished study's CSV tables (the workflow's own, io.tables.CSV_TABLES) to ``folder`` with
+    its provenance; a committed table the run did not make is removed. -> the names written."""
+    import json
+
+    from ..io.files import write_text_atomic
+
+    results, folder = Path(results), Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in COMMITTED:
+        source, target = results / "tables" / f"{name}.csv", folder / f"{name}.csv"
+        if source.is_file():
+            write_text_atomic(target, source.read_text())
+            written.append(name)
+        elif target.is_file():
+            target.unlink()
+    prov = json.loads((results / "provenance.json").read_text())
+    study = (prov.get("study") or {}).get("study_name")
+    shipped = {s.name: s.config for s in SHIPPED}
+    kept = {
+        "study_name": study,
+        "config": shipped.get(study),
+        "config_hash": prov.get("config_hash"),
+        "git_commit": prov.get("git_commit"),
+        "torch": (prov.get("versions") or {}).get("torch"),
+        "host": prov.get("host"),
+        "cpu": prov.get("cpu"),
+    }
+    write_text_atomic(folder / "provenance.json", json.dumps(kept, indent=1) + "\n")
+    return written
+
+
+class Sources:
+    """One bullet's reads from one study: the tables used (in first-use order), cited by :meth:`cite`."""
+
+    def __init__(self, tables: Tables):
+        self.t = tables
+        self.used: list[str] = []
+
+    @property
+    def config(self) -> dict:
+        return self.t.config
+
+    def table(self, name: str):
+        if name not in self.used:
+            self.used.append(name)
+        return self.t.table(name)
+
+    def claim(self, start: str):
+        """The one claim whose text starts with ``start``."""
+        c = self.table("claims")
+        hit = c[c["claim"].astype(str).str.startswith(start)]
+        if len(hit) != 1:
+            raise FindingsError(f"{self.t.folder}/claims: {len(hit)} claims start with {start!r} (want one)")
+        return hit.iloc[0]
+
+    def row(self, name: str, **where):
+        """The one row of table ``name`` with these column values."""
+        rows = self.rows(name, **where)
+        if len(rows) != 1:
+            shown = ", ".join(f"{k} = {v}" for k, v in where.items())
+            raise FindingsError(f"{self.t.folder}/{name}: {len(rows)} rows with {shown} (want one)")
+        return rows.iloc[0]
+
+    def rows(self, name: str, **where):
+        df = self.table(name)
+        for key, value in where.items():
+            column = df[key]
+            df = df[(column - value).abs() < 1e-9] if isinstance(value, float) else df[column == value]
+        return df
+
+    def cite(self) -> str:
+        """'(from [`claims.csv`](docs/.../claims.csv) of `configs/theorem.yaml`)'."""
+        links = ", ".join(f"[`{name}.csv`]({self.t.link}/{name}.csv)" for name in self.used)
+        return f"(from {links} of `{self.t.config_file}`)" if links else f"(`{self.t.config_file}`)"
+
+
+# --- number formats: a README number is a table's value at the precision shown --------------------
+
+
+def missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def num(x, digits: int = 3) -> str:
+    x = float(x)
+    if math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}f}"
+
+
+def interval(row, digits: int = 3, cols=("measured", "low", "high")) -> str:
+    """'0.565 [0.548, 0.583]'."""
+    value, low, high = (row[c] for c in cols)
+    return f"{num(value, digits)} [{num(low, digits)}, {num(high, digits)}]"
+
+
+def count(x) -> str:
+    """A sample size or step count, rounded: '43', 'not reached'."""
+    x = float(x)
+    return "not reached" if math.isinf(x) else ("n/a" if math.isnan(x) else f"{x:.0f}")
+
+
+def n_interval(row) -> str:
+    """'43 [30, 61]' of a sample_complexity row (its interval's open end as '> grid')."""
+    ends = ["> grid" if math.isinf(float(row[c])) else count(row[c]) for c in ("ci_low", "ci_high")]
+    ends = ["–" if e == "n/a" else e for e in ends]
+    return f"{count(row['n_needed'])} [{ends[0]}, {ends[1]}]"
+
+
+def power(row) -> str:
+    p = row.get("power") if hasattr(row, "get") else None
+    return "power n/a" if missing(p) else f"power {float(p):.2f}"
+
+
+def method_label(name: str) -> str:
+    """A method's words for a reader: the label it declares (else its one-line description)."""
+    from ..transfer.methods import registry
+
+    method = registry().get(name)
+    if method is None:
+        return name
+    return getattr(method, "label", None) or method.description
+
+
+def steps(kappa: float) -> str:
+    """'D^3 steps' for kappa 1, else '0.5 D^3 steps' (the prose; claims' own text keeps '1 D^3')."""
+    return "D^3 steps" if float(kappa) == 1 else f"{float(kappa):g} D^3 steps"
+
+
+def listing(values, digits: int | None = None) -> str:
+    """'4, 6, 8 and 12' (numbers at ``digits`` decimals, else as given)."""
+    items = [num(v, digits) if digits is not None else f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def span(values, digits: int = 3, sep: str = "-") -> str:
+    """'0.80-1.00': the smallest and largest of ``values`` (one value if they agree)."""
+    lo, hi = num(min(values), digits), num(max(values), digits)
+    return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
+def fold(head: str, items: list[str], width: int = 100, sep: str = ", ") -> list[str]:
+    """``head`` then ``items`` joined by ``sep``, in lines of at most about ``width`` characters
+    (continuations indented two spaces past ``head``'s own indent): the review's long lists on a terminal."""
+    lines, current = [], head
+    indent = " " * (len(head) - len(head.lstrip()) + 2)
+    for i, item in enumerate(items):
+        piece = item + (sep if i < len(items) - 1 else "")
+        if len(current) + len(piece) > width and current.strip():
+            lines.append(current.rstrip())
+            current = indent
+        current += piece
+    lines.append(current.rstrip())
+    return lines
+
+
+def image_tasks(config: dict) -> list[str]:
+    """The tasks on real images: those of a kind that reads a dataset (data.kinds)."""
+    from ..data.kinds import kind_of
+
+    return [name for name, entry in config["tasks"].items() if kind_of(entry["task"]).loads_dataset]
+
+
+def n_lines(t: Tables, keep) -> list[str]:
+    """'n for 90%, <run>: method n, ...' per task run that ``keep`` accepts, and the methods that never get there."""
+    if not t.has("sample_complexity"):
+        return []
+    sc = t.table("sample_complexity")
+    sc = sc[((sc["target_accuracy"] - 0.9).abs() < 1e-9) & (sc["downstream"] == "transfer")]
+    if "role" in sc:
+        sc = sc[sc["role"] == "task"]
+    lines = []
+    for run, g in sc.groupby("run", sort=False):
+        if not keep(run):
+            continue
+        g = g.assign(sort=g["n_needed"].astype(float)).sort_values("sort")
+        got = [f"{r['method']} {count(r['n_needed'])}" for _, r in g.iterrows() if math.isfinite(r["sort"])]
+        miss = [r["method"] for _, r in g.iterrows() if not math.isfinite(r["sort"])]
+        lines += fold(f"n for 90%, {run}: ", got or ["no method"])
+        if miss:
+            lines += fold("  not reached on the grid: ", miss)
+    return lines

@@ -1,0 +1,114 @@
+"""Question 2: what does ordinary training (autograd, float32, a perturbed start) do at large D?
+
+Read from the theorem config's stability runs (configs/theorem.yaml, `scaling.stability`; claims
+of the analysis `stability_by_D`): per variant and D, does the run reach the theorem's level, and
+what does it learn instead.
+"""
+
+from __future__ import annotations
+
+from .tables import Sources, Tables, interval, listing, num, span, steps
+
+TITLE = "What does ordinary training do at large D?"
+STUDY = "theorem"
+LEVEL = " training reaches the theorem's level: min attention >= 1 - exp("
+
+
+def _level(s: Sources, variant: str, c: float, D: int):
+    return s.claim(f"{variant}{LEVEL}-{c:g} D) (D = {D})")
+
+
+def _described(s: Sources, variant: str, D: int, d: int, what: str):
+    return s.claim(f"{variant} training at D = {D}: {what} at the last step (d = {d})")
+
+
+def _reach(s: Sources, variant: str, c: float, Ds: list[int]) -> tuple[int | None, list[int]]:
+    """(largest D up to which every D reaches the level, the D's that do not)."""
+    verdicts = {D: _level(s, variant, c, D)["verdict"] for D in Ds}
+    failed = [D for D in Ds if verdicts[D] != "holds"]
+    upto = max([D for D in Ds if all(verdicts[E] == "holds" for E in Ds if E <= D)], default=None)
+    return upto, failed
+
+
+def _variant_words(name: str, spec: dict) -> str:
+    """'plain autograd in float32 from the zero start' from a stability variant's settings."""
+    model, pre = spec.get("model") or {}, spec.get("pretrain") or {}
+    dtype = spec.get("dtype", "")
+    if model.get("init") == "random":
+        scale = f"{model.get('init_scale', 0):g}".replace("e-0", "e-")
+        return f"a {scale} random start with the exact (closed-form) gradient in {dtype}"
+    if pre.get("gradient") == "autograd":
+        return f"plain autograd in {dtype} from the zero start"
+    return name
+
+
+def finding(studies: dict[str, Tables]) -> str:
+    t = studies[STUDY]
+    s = Sources(t)
+    stab = s.config["scaling"]["stability"]
+    d, Ds = stab["d"], list(s.config["scaling"]["D_grid"])
+    c = min(s.config["scaling"]["analysis"]["target_c"])
+    parts, failing, ratios, losses = [], {}, [], []
+    for name, spec in stab["variants"].items():
+        upto, failed = _reach(s, name, c, Ds)
+        failing[name] = failed
+        words = _variant_words(name, spec)
+        if not failed:
+            parts.append(f"{words} (`{name}`) reaches it at every D")
+            continue
+        first, last = failed[0], failed[-1]
+        where = f"up to D = {upto}" if upto is not None else "at no D"
+        detail = f"{interval(_level(s, name, c, first))} at D = {first}"
+        if last != first:
+            detail += f", {num(_level(s, name, c, last)['measured'])} at D = {last}"
+        parts.append(f"{words} (`{name}`) reaches it {where} and fails from D = {first} ({detail})")
+        for D in failed:
+            ratios.append(_described(s, name, D, d, "|v2| / |v1|")["measured"])
+            losses.append(_described(s, name, D, d, "eval loss")["measured"])
+    stopped = any(failing.values())
+    answer = "It stops selecting." if stopped else "It selects like the closed form."
+    attention = ""
+    if stopped:
+        name, D = next((n, f[-1]) for n, f in failing.items() if f)
+        share = _described(s, name, D, d, "mean attention on j*")["measured"]
+        attention = f"; at D = {D}, `{name}` puts {num(share)} of the attention on j*"
+    text = (
+        f"**2. {TITLE}** {answer} The closed-form kernel keeps the theorem's symmetric subspace (v2 = 0, W's "
+        "cross blocks 0) exactly; other training keeps it only up to rounding, and the rounding grows while "
+        f"attention forms. Against the theorem's level, min attention >= 1 - exp(-{c:g} D) after "
+        f"{steps(stab['steps_per_D3'])} ({stab['seeds']} seeds, d = {d}, every D of the grid): "
+        + "; ".join(parts)
+        + f"{attention}."
+    )
+    if ratios:
+        text += (
+            f" Where it fails, |v2| / |v1| is {span(ratios, 1, ' to ')} while the eval loss stays low "
+            f"({span(losses, 3, ' to ')}): the model solves the task through position terms instead of "
+            "attending to j*. The theorem's solution is reachable at large D only with the exact symmetry."
+        )
+    return text + f" {s.cite()[:-1]}, `scaling.stability`)"
+
+
+def summary(t: Tables) -> list[str]:
+    """Per stability variant: up to which D it reaches the theorem's level."""
+    level = t.claims("")
+    if level.empty:
+        return []
+    level = level[level["claim"].astype(str).str.contains(LEVEL, regex=False)]
+    if level.empty:
+        return []
+    lines = ["ordinary training against the theorem's level (min attention, last step):"]
+    by: dict = {}
+    for _, r in level.iterrows():
+        variant, rest = r["claim"].split(LEVEL, 1)
+        D = int(rest.rsplit("(D = ", 1)[1].rstrip(")"))
+        by.setdefault(variant, []).append((D, r["verdict"]))
+    for variant, rows in by.items():
+        rows.sort()
+        held = [D for D, v in rows if v == "holds"]
+        failed = [D for D, v in rows if v != "holds"]
+        lines.append(
+            f"  {variant}: holds at D = {listing(held) if held else 'none'}"
+            + (f"; not at D = {listing(failed)}" if failed else "")
+        )
+    return lines

@@ -1,0 +1,184 @@
+"""Question 3: does transfer need d + D samples rather than dD, under one tuning rule for every method?
+
+Read from the default study (config.yaml): the joint fits n* ~ d^a D^b over its (d, D) grid, the
+bound's form fitted to the average online error, and the base task's samples for 90% accuracy
+with its negative control.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .tables import (
+    FindingsError,
+    Sources,
+    Tables,
+    image_tasks,
+    interval,
+    listing,
+    method_label,
+    missing,
+    n_interval,
+    n_lines,
+    num,
+    power,
+    span,
+)
+
+TITLE = "Does transfer need d + D samples rather than dD?"
+STUDY = "default"
+BELOW = ": n* grows no faster than d + D, a + b <= 1"  # the pretrained methods' claim
+LIKE = ": n* grows like d D, a + b = 2"  # the linear baseline's claim
+ONLINE = ": the bound's form with d + D fits the average online error better than with d D"
+
+
+def _joint(s: Sources, method: str, target: float):
+    """The joint-fit claim of ``method`` at ``target`` (None if the study makes none)."""
+    c = s.t.claims(f"{method}: n* grows")
+    c = c[c["claim"].str.contains(f"(accuracy {target:g}, downstream transfer)", regex=False)]
+    return s.claim(c["claim"].iloc[0]) if len(c) == 1 else None
+
+
+def _cell(r) -> str:
+    if r is None:
+        return "–"
+    if missing(r["measured"]):
+        return f"no fit: {r['verdict']}"
+    if math.isinf(float(r["high"])):  # one-sided: the lower bound is the test
+        return f"{num(r['measured'], 2)} (>= {num(r['low'], 2)}): {r['verdict']}, {power(r)}"
+    return f"{interval(r, 2)}: {r['verdict']}, {power(r)}"
+
+
+def _grid(s: Sources) -> str:
+    grid = s.config["scaling"]
+    tr = grid["transfer"]
+    return (
+        f"d = {listing(grid['d_grid'])} x D = {listing(grid['transfer_D_grid'])}, {grid['pretrain']['seeds']} "
+        f"seeds, n = {listing(tr['sizes'])}, every method tuned by the same rule (`transfer.selection: "
+        f"{tr.get('selection') or s.config['transfer']['selection']}`)"
+    )
+
+
+def _fits(t: Tables) -> str:
+    s = Sources(t)
+    a = s.config["scaling"]["analysis"]
+    targets = a["accuracy_targets"]
+    rows = []
+    for method in a["methods"]:
+        cells = [_joint(s, method, target) for target in targets]
+        if any(c is not None for c in cells):
+            rows.append(f"| {method_label(method)} (`{method}`) | " + " | ".join(map(_cell, cells)) + " |")
+    header = "| method | " + " | ".join(f"a + b at {target:.0%} accuracy" for target in targets) + " |"
+    return (
+        "- *The joint fit* n* ~ d^a D^b of the samples needed, over the grid (d + D is a + b = 1, dD is a + b = 2; "
+        "for a pretrained method the claim is one-sided, a + b <= 1, tested by its one-sided 95% lower bound; "
+        f"power against the other law) {s.cite()}:\n\n"
+        + "\n".join([header, "|---|" + "---|" * len(targets), *rows])
+        + "\n"
+    )
+
+
+def _online(t: Tables) -> str:
+    s = Sources(t)
+    rows = [s.claim(c) for c in s.t.claims("")["claim"] if ONLINE in str(c)]
+    if not rows:
+        return ""
+    better = [r for r in rows if r["verdict"] == "holds"]
+    return (
+        "- *The theorem's own quantity*, the average online error, fitted in the bound's form with d + D and with "
+        f"dD as two models: d + D fits better for {len(better)} of the {len(rows)} online-SGD methods "
+        f"(power {span([float(r['power']) for r in better], 2)} against dD). {s.cite()}"
+    )
+
+
+def _base(t: Tables) -> str:
+    s = Sources(t)
+    runs = [r for r in s.table("sample_complexity")["run"].unique()]
+    run = "base" if "base" in runs else runs[0]
+    task = s.config["tasks"][run]["task"]
+    sc = s.rows("sample_complexity", run=run, downstream="transfer", target_accuracy=0.9)
+    order = sc.assign(sort=sc["n_needed"].astype(float)).sort_values(["sort", "method"])
+    reached = [f"`{r['method']}` {n_interval(r)}" for _, r in order.iterrows() if math.isfinite(float(r["n_needed"]))]
+    never = [f"`{r['method']}`" for _, r in order.iterrows() if not math.isfinite(float(r["n_needed"]))]
+    largest = max(s.config["tasks"][run].get("transfer", {}).get("sizes") or s.config["transfer"]["sizes"])
+    text = (
+        f"- *On the base task* (d = {task['d']}, D = {task['D']}) the samples for 90% test accuracy "
+        f"[95% interval] are: {', '.join(reached)}"
+        + (f"; not reached by n = {largest}: {', '.join(never)}" if never else "")
+        + "."
+    )
+    pre = order[order["method"].str.startswith("pretrained")]
+    if len(pre) and pre["method"].iloc[-1] == "pretrained_finetune":
+        text += (
+            " The paper's protocol (`pretrained_finetune`: all parameters by online SGD from the pretrained W and v) "
+            "needs the most of the pretrained methods: the pretrained v points at the old direction and SGD must "
+            "undo it."
+        )
+    control = s.rows("summary", run=run, downstream="negative_control")
+    pretrained = control[control["method"].str.startswith("pretrained")]
+    if len(pretrained):
+        text += (
+            f" The negative control (j* moved) keeps every pretrained method near chance: mean test accuracy at most "
+            f"{num(pretrained['mean_test_accuracy'].max())} at any n."
+        )
+    return text + f" {s.cite()}"
+
+
+def finding(studies: dict[str, Tables]) -> str:
+    t = studies[STUDY]
+    s = Sources(t)
+    a = s.config["scaling"]["analysis"]
+    target = max(a["accuracy_targets"])
+    below = {m: r for m in a["methods"] if (r := _joint(s, m, target)) is not None and BELOW in r["claim"]}
+    consistent = [m for m, r in below.items() if r["verdict"] == "consistent"]
+    others = sorted({r["verdict"] for m, r in below.items() if m not in consistent})
+    held = {
+        m: [x for x in a["accuracy_targets"] if (r := _joint(s, m, x)) is not None and r["verdict"] == "holds"]
+        for m in a["methods"]
+        if any(_joint(s, m, x) is not None and LIKE in _joint(s, m, x)["claim"] for x in a["accuracy_targets"])
+    }
+    if consistent:
+        powers = span([float(below[m]["power"]) for m in consistent], 2)
+        answer = (
+            f"At {target:.0%} accuracy the data are consistent with d + D for "
+            f"{listing([f'`{m}`' for m in consistent])} (power {powers} against dD)"
+        )
+    else:
+        answer = f"At {target:.0%} accuracy no pretrained method is consistent with d + D"
+    if others:
+        answer += f", {' or '.join(others)} for the other pretrained methods"
+    for m, targets in held.items():
+        answer += (
+            f"; for `{m}` (on vec(X)) n* ~ dD holds at {listing([f'{x:.0%}' for x in targets])} accuracy"
+            if targets
+            else f"; for `{m}` n* ~ dD is not confirmed"
+        )
+    config = (
+        f"(`{t.config_file}`: {_grid(s)}; [docs/results.md](docs/results.md), figure "
+        "[sample complexity](docs/results/scaling_sample_complexity.png).)"
+    )
+    parts = [f"**3. {TITLE}** {answer} {s.cite()}. {config}", _fits(t), _online(t), _base(t)]
+    return "\n".join(p for p in parts if p)
+
+
+def summary(t: Tables) -> list[str]:
+    """Per task run (image tasks under question 4): the methods by the samples they need for 90%;
+    the joint fits' verdicts with their power."""
+    lines = []
+    try:
+        images = set(image_tasks(t.config))
+    except FindingsError:  # no config at hand: every task run is shown here
+        images = set()
+    lines += n_lines(t, lambda run: run not in images)
+    joint = t.claims("")
+    text = joint["claim"].astype(str)
+    joint = joint[text.str.contains(BELOW, regex=False) | text.str.contains(LIKE, regex=False)]
+    by: dict = {}
+    for _, r in joint.iterrows():
+        method, rest = str(r["claim"]).split(": n* grows", 1)
+        target = float(rest.split("(accuracy ", 1)[1].split(",", 1)[0])
+        by.setdefault(method, []).append(f"{target:.0%} {r['verdict']} ({power(r)})")
+    if by:
+        lines.append("joint fit n* ~ d^a D^b, a + b against d + D and dD:")
+        lines += [f"  {method}: {', '.join(cells)}" for method, cells in by.items()]
+    return lines

@@ -1,0 +1,227 @@
+"""The README's findings section is generated from the committed tables (docs/*/tables/*.csv):
+regenerating it gives the README's bytes, every number in it is a committed table's value (or its
+config's) at the precision shown, the committed tables agree with the results pages that show them,
+and a finding whose claim is missing stops the generator naming the claim."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import re
+import shutil
+
+import pandas as pd
+import pytest
+
+from groupsparse.findings import readme
+from groupsparse.findings.tables import COMMITTED, SHIPPED, FindingsError, commit_tables, committed
+
+from conftest import REPO
+
+NUMBER = re.compile(r"(?<![\w.^])(\d+(?:\.\d+)?(?:e-?\d+)?)(%?)")
+
+
+def section_text() -> str:
+    return readme.current((REPO / "README.md").read_text())
+
+
+def numbers_in(text: str) -> list[str]:
+    """Every number a reader sees: link targets, the question numbers and markers left out."""
+    text = re.sub(r"\]\([^)]*\)", "]", text)  # link targets are paths
+    text = re.sub(r"<!--.*?-->", "", text)
+    text = re.sub(r"^\*\*\d\. ", "**", text, flags=re.M)
+    return [m.group(1) + m.group(2) for m in NUMBER.finditer(text)]
+
+
+def committed_values() -> list[float]:
+    """|x| of every number in the committed tables (cells, and numbers inside text cells) and in the
+    configs they name (with the schema's defaults), sorted."""
+    values = []
+    for tables in committed(REPO).values():
+        for name in COMMITTED:
+            if not tables.has(name):
+                continue
+            df = tables.table(name)
+            for column in df.columns:
+                series = df[column]
+                if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+                    values += [abs(float(v)) for v in series if math.isfinite(float(v))]
+                else:
+                    values += [float(m.group(1)) for v in series.dropna().astype(str) for m in NUMBER.finditer(v)]
+        stack = [tables.config]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack += list(item.values())
+            elif isinstance(item, list):
+                stack += item
+            elif isinstance(item, int | float) and not isinstance(item, bool):
+                values.append(abs(float(item)))
+    return sorted(values)
+
+
+def unsupported(tokens: list[str], values: list[float]) -> list[str]:
+    """The tokens no value rounds to at the token's precision."""
+
+    def near(x: float, tol: float) -> bool:
+        i = bisect.bisect_left(values, x - tol)
+        return i < len(values) and values[i] <= x + tol
+
+    bad = []
+    for token in tokens:
+        percent = token.endswith("%")
+        text = token.rstrip("%")
+        x = float(text)
+        decimals = len(text.split(".")[1]) if "." in text and "e" not in text else 0
+        tol = 1e-12 * max(1.0, x) if "e" in text else 0.5 * 10**-decimals + 1e-9
+        if not (near(x, tol) or (percent and near(x / 100, tol / 100))):
+            bad.append(token)
+    return bad
+
+
+def test_the_readme_findings_regenerate_byte_identically_from_the_committed_tables():
+    assert readme.section(committed(REPO), REPO) == section_text(), "run `groupsparse snapshot --findings-only`"
+
+
+def test_every_number_in_the_findings_is_a_committed_tables_or_its_configs():
+    tokens = numbers_in(section_text())
+    assert len(tokens) > 100
+    assert unsupported(tokens, committed_values()) == []
+
+
+def test_the_number_check_sees_a_number_no_table_has():
+    values = committed_values()
+    assert unsupported(numbers_in("measured 0.565 [0.548, 0.583] in 43 seeds"), values) == []
+    assert unsupported(numbers_in("measured 0.5651 and 7796.5"), values) == ["0.5651", "7796.5"]
+    assert numbers_in("[x](docs/a1.csv) `pretrained_frozen_W_v0` float32\n**1. Q** 1e-6 90%") == ["1e-6", "90%"]
+
+
+def test_every_question_and_bullet_names_its_tables_and_config():
+    text = section_text().split("\n\n", 2)[2]  # after the marker and the introduction
+    parts = [p for p in re.split(r"\n(?=- |\*\*\d\. )|\n\n", text) if p.startswith(("- ", "**"))]
+    assert len(parts) >= 10
+    for part in parts:
+        assert re.search(r"\(from\s+\[`\w+\.csv`\]\(docs/\w+/tables/\w+\.csv\)", part), part[:80]
+        assert re.search(r"of\s+`(config\.yaml|configs/\w+\.yaml)`", part), part[:80]
+
+
+def test_no_run_history_on_the_front_page():
+    text = section_text().lower()
+    assert not [w for w in ("realisation", "earlier", "before its", "session") if w in text]
+
+
+# --- the committed tables agree with the results pages that show them (docs/results.md, docs/theorem.md)
+
+
+def markdown_rows(page: str, heading: str, cells: int) -> list[list[str]]:
+    """The rows of the first table under ``## heading`` (each split from the right into ``cells``)."""
+    body = page.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in body.splitlines() if line.startswith("| ")][1:]
+    return [[c.strip() for c in line[2:-2].rsplit(" | ", cells - 1)] for line in lines]
+
+
+def agrees(shown: str, value) -> bool:
+    """A page's cell (at its precision; '–' for a missing value) and a table's value."""
+    if shown in ("–", "nan"):
+        return value is None or (isinstance(value, float) and math.isnan(value))
+    if shown in ("inf", "-inf"):
+        return float(value) == float(shown)
+    decimals = len(shown.split(".")[1]) if "." in shown else 0
+    stored = 0.5 * 10 ** (math.floor(math.log10(abs(float(value)))) - 5) if float(value) else 0.0  # CSV: %.6g
+    return abs(float(shown) - float(value)) <= 0.5 * 10**-decimals + stored + 1e-9
+
+
+@pytest.mark.parametrize("shipped", SHIPPED, ids=lambda s: s.name)
+def test_the_committed_claims_are_those_the_results_page_shows(shipped):
+    page = (REPO / f"{shipped.page}.md").read_text()
+    claims = pd.read_csv(REPO / shipped.tables / "claims.csv").set_index("claim")
+    rows = markdown_rows(page, "Claims (verdicts by the rule in `groupsparse.analysis.stats`)", 8)
+    assert len(rows) == len(claims)
+    for claim, _, measured, low, high, verdict, power, _ in rows:
+        r = claims.loc[claim]
+        assert verdict == r["verdict"], claim
+        for shown, column in ((measured, "measured"), (low, "low"), (high, "high"), (power, "power")):
+            assert agrees(shown, r[column]), (claim, column, shown, r[column])
+
+
+@pytest.mark.parametrize("shipped", SHIPPED, ids=lambda s: s.name)
+def test_the_committed_predictions_are_those_the_results_page_shows(shipped):
+    page = (REPO / f"{shipped.page}.md").read_text()
+    p = pd.read_csv(REPO / shipped.tables / "predictions.csv")
+    rows = markdown_rows(page, "Out-of-sample predictions (fitted on the small-D runs alone)", 10)
+    assert len(rows) == len(p)
+    for (_, r), shown in zip(p.iterrows(), rows):
+        assert shown[2] == r["law"]
+        for cell, column in zip(shown, ("d", "kappa", "law", "D", "step", "rest", "rest_low", "rest_high")):
+            assert column == "law" or agrees(cell, r[column]), (column, cell, r[column])
+
+
+def test_the_committed_sample_complexity_is_what_the_results_page_shows():
+    page = (REPO / "docs" / "results.md").read_text()
+    sc = pd.read_csv(REPO / "docs" / "results" / "tables" / "sample_complexity.csv")
+    for run in ("base", "digits"):
+        block = page.split(f"## Transfer: {run}\n", 1)[1].split("samples needed for 90%", 1)[1].split("\n## ", 1)[0]
+        for line in [x for x in block.splitlines() if x.startswith("| ")][1:]:
+            method, at_90, _ = (c.strip() for c in line[2:-2].split(" | "))
+            r = sc[(sc["run"] == run) & (sc["method"] == method) & (sc["target_accuracy"] == 0.9)].iloc[0]
+            n = at_90.split(" [")[0]
+            assert (n == "> grid" and math.isinf(r["n_needed"])) or agrees(n, r["n_needed"]), (run, method)
+
+
+# --- the generator's own behaviour
+
+
+def copied_repo(tmp_path):
+    """README, configs, schema-free copies of the committed tables: a repository the generator can read."""
+    for name in ("README.md", "config.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    for s in SHIPPED:
+        shutil.copytree(REPO / s.tables, tmp_path / s.tables)
+    return tmp_path
+
+
+def test_a_missing_claim_stops_the_generator_naming_it(tmp_path):
+    root = copied_repo(tmp_path)
+    path = root / "docs/theorem/tables/claims.csv"
+    claims = pd.read_csv(path)
+    claims[~claims["claim"].str.startswith("out-of-sample: which law predicts")].to_csv(path, index=False)
+    with pytest.raises(FindingsError, match="out-of-sample: which law predicts.*want one"):
+        readme.section(committed(root), root)
+
+
+def test_the_findings_follow_the_tables(tmp_path):
+    """A changed verdict changes the text: the section is read from the tables, not typed."""
+    root = copied_repo(tmp_path)
+    path = root / "docs/results/tables/claims.csv"
+    claims = pd.read_csv(path)
+    probe = claims["claim"].str.startswith("pretrained_probe: n* grows no faster than d + D") & claims[
+        "claim"
+    ].str.contains("accuracy 0.9")
+    claims.loc[probe, "verdict"] = "inconclusive"
+    claims.to_csv(path, index=False)
+    before = readme.section(committed(REPO), REPO)
+    after = readme.section(committed(root), root)
+    flat = lambda text: " ".join(text.split())  # noqa: E731
+    assert "d + D for `pretrained_frozen_W_v0` and `pretrained_probe` (power" in flat(before)
+    assert "d + D for `pretrained_frozen_W_v0` (power" in flat(after)
+    assert readme.write(root) and readme.current((root / "README.md").read_text()) == after
+    assert not readme.write(root)
+
+
+def test_commit_tables_copies_the_runs_csv_tables_and_removes_those_it_did_not_make(tmp_path):
+    results = tmp_path / "results/theorem"
+    (results / "tables").mkdir(parents=True)
+    (results / "tables" / "claims.csv").write_text("claim,verdict\na,holds\n")
+    (results / "provenance.json").write_text(
+        json.dumps({"study": {"study_name": "theorem"}, "git_commit": "abc", "cpu": {"model": "X"}, "versions": {}})
+    )
+    folder = tmp_path / "docs/theorem/tables"
+    folder.mkdir(parents=True)
+    (folder / "summary.csv").write_text("stale\n")
+    assert commit_tables(results, folder) == ["claims"]
+    assert (folder / "claims.csv").read_text() == "claim,verdict\na,holds\n"
+    assert not (folder / "summary.csv").exists()
+    prov = json.loads((folder / "provenance.json").read_text())
+    assert prov["config"] == "configs/theorem.yaml" and prov["git_commit"] == "abc" and prov["cpu"] == {"model": "X"}
