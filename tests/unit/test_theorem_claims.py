@@ -99,6 +99,18 @@ def test_the_bound_constant_is_the_largest_ratio_to_D3(exponent):
         assert "(c chosen after seeing data)" in row["claim"]  # the schema's default: not pre-registered
 
 
+def test_a_level_whose_target_lies_below_the_start_bounds_the_constant_from_above():
+    """1 - min attention = 0.5 exp(-t / D^3): the target 1 - exp(-0.1 D) at D = 4 and 6 (0.33, 0.45) lies below the start
+    (0.5), so tau_c(4) is only bounded from above; it cannot be the maximum, and the constant is read from the
+    other levels (it was inconclusive, as if censored from below)."""
+    rest = lambda t, D: 0.5 * np.exp(-t / D**3)  # noqa: E731
+    a = analyse(min_attention_runs(rest, noise=0.01), None, SETTINGS.replace(target_c=(0.1,)))
+    row = kappa_claim(a, 0.1)
+    assert row["verdict"] == "descriptive" and "below the start at D = [4, 6]" in row["config"]
+    # the largest ratio: at D = 16, log(0.5 / exp(-1.6)) = 0.907
+    assert row["measured"] == pytest.approx(math.log(0.5 / math.exp(-1.6)), rel=0.05)
+
+
 def test_no_slope_verdict_on_a_sufficient_time():
     a = analyse(min_attention_runs(power_time(3.8)), None, SETTINGS)
     rates = a.claims[a.claims["analysis"] == "convergence_time"]

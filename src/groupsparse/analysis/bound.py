@@ -25,7 +25,7 @@ import pandas as pd
 from ..study.runs import is_check_variant
 from .predict import rest_values
 from .rows import claim_row
-from .scaling_laws import MIN_ATTENTION, grid_rows
+from .scaling_laws import MIN_ATTENTION, REACHED_AT_START, grid_rows
 from .settings import Settings
 from .stats import MIN_SEEDS, mean_interval
 
@@ -60,16 +60,25 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
     cr = grid_rows(crossings)
     cr = cr[(cr["quantity"] == MIN_ATTENTION) & (cr["role"] == "scaling")]
     for (d, c), g in cr.groupby(["d", "c"], sort=True):
-        levels = []
+        levels, at_start = [], {}
         for D, h in g.groupby("D", sort=True):
-            with np.errstate(divide="ignore"):  # reached at flow time 0: censored, named as such below
+            early = h["reason"].astype(str).str.startswith(REACHED_AT_START)
+            if early.all():  # the target lies below the start: tau_c(D) at most the first record's
+                at_start[int(D)] = float(h["eta"].max() * h["step"].max()) / D**3
+                continue
+            with np.errstate(divide="ignore"):
                 logs = np.log(h["flow_time"].to_numpy(float)) - 3 * math.log(D)
             m, lo, hi = mean_interval(logs)
             levels.append((int(D), m, lo, hi, bool(h["censored"].any()), len(h)))
+        if not levels:
+            continue
         censored = [f"D={D}" for D, *_, cens, _ in levels if cens]
-        D_max = max(D for D, *_ in levels)
+        D_max = max([D for D, *_ in levels] + list(at_start))
         top = max(levels, key=lambda L: L[1])
         D_top, m, lo, hi, _, k = top
+        # a level reached at the start bounds its ratio from above: below the maximum it cannot be the maximum
+        above = [D for D, bound in at_start.items() if bound >= math.exp(m)]
+        censored += [f"D={D} (reached at the start)" for D in above]
         blocker = f"level(s) {', '.join(censored)} censored: kappa is at least their bound" if censored else ""
         blocker = blocker or (f"{k} seed(s) at D = {D_top}, need {MIN_SEEDS}" if k < MIN_SEEDS else "")
         ratios = ", ".join(f"D={D}: {math.exp(v):.3g}" for D, v, *_ in levels)
@@ -90,7 +99,14 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
             f"d = {d}, c = {c:g}{_post_hoc(s)}, {_batches(g)}; tau_c(D) / D^3 (flow time eta x steps, geometric mean "
             f"over seeds) per level: {ratios}; local slopes of log tau_c on log D: {slope_text}; "
             f"interval: the seeds' t interval at D = {D_top}"
-            + (f"; censored: {', '.join(censored)}" if censored else ""),
+            + (f"; censored: {', '.join(censored)}" if censored else "")
+            + (
+                f"; the target lies below the start at D = {sorted(at_start)}, left out (its ratio is at most "
+                + ", ".join(f"{v:.3g}" for v in at_start.values())
+                + ")"
+                if at_start
+                else ""
+            ),
             "bound_constant",
             int(sum(L[-1] for L in levels)),
             {"d": int(d)},

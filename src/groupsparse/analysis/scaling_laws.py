@@ -35,6 +35,8 @@ ATTENTION_RESOLUTION = 1e-6  # 1 - mass below this is under float32 resolution: 
 
 
 MIN_ATTENTION = "attention_min_on_relevant"  # min over queries of S[j*, j]: what the theorem bounds
+# a crossing censored from above: the target lies below the start (a small D, a small c)
+REACHED_AT_START = "already reached at the first recorded step"
 POOLED_MIN = "attention_min_pooled"  # population mode's estimate of it (training/recording.py)
 FLOW_TIME = "flow_time"  # tau = eta x steps, recorded by every run
 
@@ -122,7 +124,7 @@ def crossing_times(
             reason = (
                 "" if reached[0] else f"diverged at step {div_step}" if diverged else "not reached within the budget"
             )
-            reason = f"already reached at the first recorded step {steps[0]:g}" if at_start else reason
+            reason = f"{REACHED_AT_START} {steps[0]:g}" if at_start else reason
             out.append(
                 {
                     "run": run,

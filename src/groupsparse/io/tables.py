@@ -29,7 +29,8 @@ SCALING_FIGURES = (
 )
 PRETRAIN_TABLES = ("pretrain_trajectories", "pretrain_attention", "pretrain_summary")
 TRANSFER_TABLES = ("transfer", "summary", "sample_complexity")
-CSV_TABLES = ("pretrain_summary", "summary", "sample_complexity", "claims", "predictions")  # also written as .csv
+# written as .csv (beside a .parquet, or alone: theorem_by_D); the tables a snapshot commits
+CSV_TABLES = ("pretrain_summary", "summary", "sample_complexity", "claims", "predictions", "theorem_by_D")
 SCALING_TABLES = ("claims", "predictions", "scaling_fits", "ablations", "scaling_points", "scaling_crossings")
 
 
