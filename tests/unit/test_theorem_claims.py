@@ -100,8 +100,8 @@ def test_the_bound_constant_is_the_largest_ratio_to_D3(exponent):
 
 
 def test_a_level_whose_target_lies_below_the_start_bounds_the_constant_from_above():
-    """1 - min attention = 0.5 exp(-t / D^3): the target 1 - exp(-0.1 D) at D = 4 and 6 (0.33, 0.45) lies below the start
-    (0.5), so tau_c(4) is only bounded from above; it cannot be the maximum, and the constant is read from the
+    """1 - min attention = 0.5 exp(-t / D^3): the target 1 - exp(-0.1 D) at D = 4 and 6 (0.33, 0.45) lies below
+    the start (0.5), so tau_c(4) is only bounded from above; it cannot be the maximum, and the constant is read from the
     other levels (it was inconclusive, as if censored from below)."""
     rest = lambda t, D: 0.5 * np.exp(-t / D**3)  # noqa: E731
     a = analyse(min_attention_runs(rest, noise=0.01), None, SETTINGS.replace(target_c=(0.1,)))
