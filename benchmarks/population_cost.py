@@ -2,10 +2,10 @@
 
 Population mode (``pretrain.gradient: population``) projects each closed-form batch gradient onto the
 invariant subspace (``model/population.py``). Its runs come from the configs themselves
-(``study.runs.expand``): configs/population.yaml's D = 64 point (two replicates, kappa up to 2 in flow
-time at eta(D) = min(0.5, 6 / D), batch 128, and the batch check at 4x the batch over the first quarter)
-and the D = 96 and 128 points of configs/cluster/population_large_D.yaml (merged over it, as Snakemake
-merges two --configfile arguments). Measured, one seed on one thread as a study job runs:
+(``study.runs.expand``): the D = 64, 96 and 128 points of configs/cluster/population_large_D.yaml, merged
+over configs/population.yaml as Snakemake merges two --configfile arguments (two replicates, kappa up to
+2 in flow time at eta(D) = min(0.5, 6 / D), batch 128, and the batch check at 4x the batch over the first
+quarter). Measured, one seed on one thread as a study job runs:
 
 - side by side at D = 64, interleaved: the projected step at batch 128 and at the batch check's 512,
   and today's batch-512 step (plain batch gradient descent, the theorem test's step): ms per
@@ -70,7 +70,7 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
 
     checks = []
     active = torch.ones(1, dtype=torch.bool)
-    cfg = config()
+    cfg = config(large_d=True)
     runs = sorted(point_runs(cfg, SIDE_BY_SIDE_D), key=lambda r: r.spec["pretrain"]["batch"])
     grid, check = runs[0], runs[-1]
     D = SIDE_BY_SIDE_D
