@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Performance benchmark of the groupsparse study (issue 8): one table, measured side by side.
+"""Performance benchmark of the groupsparse study: one table, measured side by side.
 
-    python benchmarks/bench.py --threads 2             # full run (several minutes)
-    python benchmarks/bench.py --threads 1 --quick     # smoke run (about a minute)
+    python benchmarks/bench.py --threads 1             # full run (10-20 minutes)
+    python benchmarks/bench.py --threads 1 --quick     # smoke run (a few minutes)
     python benchmarks/bench.py --orchestration results/ --wall-seconds 812 --cores 2
 
 Every number that is compared is measured in the same process, interleaved, and each
@@ -94,7 +94,7 @@ def best_median(ts: list[float]) -> tuple[float, float]:
     return min(ts), statistics.median(ts)
 
 
-# -- 1. the machine's ceiling ---------------------------------------------------------------------
+# -- the machine's ceiling ---------------------------------------------------------------------
 def measure_ceilings(torch, table, args, n: int, when: str) -> dict[str, float]:
     """GEMM GFLOP/s per dtype: the best of square n, n/2 and n/4 (shorter blocks, more of them: on a shared
     machine a short block more often runs undisturbed, so the ceiling is not underestimated)."""
@@ -123,7 +123,7 @@ def gemm_gflops(torch, dtype, n: int, repeats: int) -> float:
     return 2 * n**3 / min(ts) / 1e9
 
 
-# -- 3. the straightforward reference -------------------------------------------------------------
+# -- the straightforward reference -------------------------------------------------------------
 def make_reference(torch, spec, seed: int, dtype, fresh_data: bool = True):
     """One seed trained the plain way: the paper's formula as an nn.Module, autograd, i.i.d. batches, SGD."""
     from groupsparse.config.seeding import torch_generator
@@ -170,7 +170,7 @@ def make_reference(torch, spec, seed: int, dtype, fresh_data: bool = True):
     return step
 
 
-# -- 2./3. pretraining throughput -----------------------------------------------------------------
+# -- pretraining throughput -----------------------------------------------------------------
 def run_spec(dtype: str, steps: int = 3000, task: dict | None = None, pretrain: dict | None = None, **more):
     from groupsparse.config.specs import RunSpec
 
@@ -311,7 +311,7 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
         return [dispatch.loss_and_grads(plan, W[s], v[s], inputs[s], labels[s], P, 1.0, anti) for s in range(S)]
 
     fns = {
-        "dense closed form (model.py), seeds batched": lambda: loss_and_grads_closed_form(W, v, Z, y),
+        "dense closed form (transformer.py), seeds batched": lambda: loss_and_grads_closed_form(W, v, Z, y),
         "fast kernel, mirror not folded": lambda: fast(fulls, y, False),
         "fast kernel, torch ops (not fused: float64's path)": lambda: fast(halves, y[:, :H], True, torch_ops),
         "fast kernel": lambda: fast(halves, y[:, :H], True),
@@ -331,7 +331,7 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
     for fn in fns.values():
         fn()
     ts = timed_blocks(fns, max(args.repeats * 4, 8))
-    base = min(ts["dense closed form (model.py), seeds batched"])
+    base = min(ts["dense closed form (transformer.py), seeds batched"])
     randn = min(ts["draw 5 batches: torch.randn float64"])
     flops = S * dense_flops(B, D, d)
     for name, t in ts.items():
@@ -677,12 +677,12 @@ def memory_section(table, args, config_path: Path) -> bool:
     return ok_all
 
 
-# -- 4. transfer ------------------------------------------------------------------------------------
+# -- transfer ------------------------------------------------------------------------------------
 def transfer_section(torch, table, args):
     try:
         from groupsparse.io import files as io
         from groupsparse.training.pretrain import Trainer, checkpoint_payload
-        from groupsparse.transfer import DEFAULT_SIZES, METHODS, TransferSpec
+        from groupsparse.transfer import DEFAULT_SIZES, TransferSpec, method_names
         from groupsparse.transfer.runner import run_transfer
     except ImportError as exc:
         table.add("transfer", "not measurable", "-", note=f"import failed: {exc}")
@@ -695,7 +695,7 @@ def transfer_section(torch, table, args):
         ckpt = Path(tmp) / "pre.safetensors"
         tensors, meta = checkpoint_payload(spec, res, list(range(5)))
         io.save_checkpoint(ckpt, tensors, meta)
-        for method in METHODS:
+        for method in method_names():
             try:
                 out = run_transfer(spec, tspec, ckpt, [method], sizes)
             except Exception as exc:  # the transfer package is young: report, do not hide the other rows
@@ -718,7 +718,7 @@ def transfer_section(torch, table, args):
             )
 
 
-# -- 5. orchestration ---------------------------------------------------------------------------------
+# -- orchestration ---------------------------------------------------------------------------------
 def orchestration(table, results: Path, wall: float, cores: int) -> bool:
     files = sorted(results.glob("benchmarks/**/*.tsv"))
     if not files:
@@ -903,11 +903,11 @@ def main(argv=None) -> int:
                 "",
             )
         )
-    if "theorem" not in args.skip:  # issue 23: d = 10, batch 512, 5 seeds, D = 16, 32, 64 (large_d.py)
+    if "theorem" not in args.skip:  # the theorem test's step: d = 10, batch 512, 5 seeds, D = 16, 32, 64 (large_d.py)
         import large_d
 
         checks += large_d.section(torch, table, args, ceilings, run_spec, timed_blocks)
-    if "population" not in args.skip:  # population GD at D = 64 (beside today's step), 96, 128
+    if "population" not in args.skip:  # population GD at D = 64 (beside the plain batch-512 step), 96, 128
         import population_cost
 
         checks += population_cost.section(torch, table, args, ceilings, run_spec, timed_blocks)

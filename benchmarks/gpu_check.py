@@ -5,7 +5,8 @@
     python benchmarks/gpu_check.py --skip workflow # tests and benchmark only
     python benchmarks/gpu_check.py --cpu-dry-run   # the benchmark part on a CPU (a smoke test, no GPU)
 
-1. the tests written for CUDA (`pytest -k cuda tests/unit/test_fastpath.py tests/unit/test_pretrain.py`): the fast path
+1. the tests written for CUDA (`pytest -k cuda tests/unit/test_fastpath.py tests/unit/test_pretrain.py
+   tests/unit/test_symmetric.py`): the fast path
    on the device keeps v2 and W's cross blocks exactly 0 with antithetic batches, batched seeds equal
    single seeds and reruns equal runs bit for bit, and the device computes the CPU's numbers on the same
    samples;
@@ -220,7 +221,7 @@ def benchmark(torch) -> None:
         print(f"| {case} | {rate:.1f} | {ms:.3f} | {p_dense:.1f} | {p_kern:.1f} |")
     print(
         "\nGPU-hours of a config: steps x seeds x points / (steps/s x seeds per job) / 3600 per job shape; "
-        "compare README 'Performance' (estimates made without a GPU)."
+        "compare benchmarks/config_hours.py's GPU-hours (estimates made without a GPU)."
     )
 
 

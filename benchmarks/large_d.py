@@ -1,6 +1,6 @@
 """The large-D rows of the benchmark: the theorem test's step at d = 10, batch 512, 5 seeds.
 
-Today's step (the general kernel, the reference) and the step on the symmetric subspace
+The general kernel's step (the reference) and the step on the symmetric subspace
 (``symmetric.py``; float32 on a CPU: its per-sample loops, ``symmetric_loops.py``) are timed side by
 side, interleaved, on Trainers of the same spec, each given its implementation by ``dispatch.plan``;
 then a profile of each (draw, the kernel's parts, descent) with each part's FLOPs and bytes, the
@@ -24,14 +24,14 @@ SWEEPS = ((128, 256, 512), (512, 1024, 2048))
 
 
 def plans(spec) -> dict:
-    """The implementations compared at this spec's D: today's (the general kernel: the symmetric one's
+    """The implementations compared at this spec's D: the general kernel (the symmetric one's
     threshold put above D), the symmetric kernel at every D (so the D = 16 row shows why the study
     switches only from ``dispatch.SYMMETRIC_MIN_D`` on) and, where that is its float32 loops, the
     symmetric kernel in its torch form (float64's and a GPU's)."""
     from groupsparse.model import dispatch
 
     out = {
-        "today": dispatch.plan(spec, symmetric_min_D=spec.task.D + 1),
+        "general": dispatch.plan(spec, symmetric_min_D=spec.task.D + 1),
         "symmetric": dispatch.plan(spec, symmetric_min_D=1),
     }
     if out["symmetric"].kernel == "symmetric_loops":
@@ -67,7 +67,7 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
             for who in trainers:
                 block(who, 2)
                 kernel_only(who, 1)
-            fns = {who: (lambda w=who: block(w)) for who in ("today", "symmetric")}
+            fns = {who: (lambda w=who: block(w)) for who in ("general", "symmetric")}
             fns |= {f"{who} kernel": (lambda w=who: kernel_only(w)) for who in trainers}
             ts = timed_blocks(fns, args.repeats)
             loops = "torch form" in trainers  # float32: the per-sample loops, beside their torch form
@@ -78,7 +78,7 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
             med = {who: statistics.median(t) / args.steps / SEEDS for who, t in ts.items()}
             per_seed_step[(dtype, D)] = best
             dense = fastpath.dense_flops(BATCH, D, d)
-            own = {"today": fastpath.kernel_flops(BATCH, D, d), "symmetric": symmetric.flops(BATCH, D, d, loops)}
+            own = {"general": fastpath.kernel_flops(BATCH, D, d), "symmetric": symmetric.flops(BATCH, D, d, loops)}
             for who in trainers:
                 rate, dense_rate = own[who] / best[who] / 1e9, dense / best[who] / 1e9
                 table.add(
@@ -88,10 +88,10 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
                     "ms/seed-step",
                     rate,
                     ceilings[dtype],
-                    ratio=best["today"] / best[who],
+                    ratio=best["general"] / best[who],
                     note=f"median {med[who] * 1e3:.3f}; kernel {own[who] / 1e6:.1f} MFLOP; dense {dense / 1e6:.0f} "
                     f"MFLOP: {dense_rate:.1f} GFLOP/s ({100 * dense_rate / ceilings[dtype]:.0f}% of ceiling); "
-                    "ratio = today / this",
+                    "ratio = general / this",
                 )
             for who in trainers:  # the kernel alone: step_grads on one drawn batch, no draw, no descent
                 rate, dense_rate = own[who] / kern[who] / 1e9, dense / kern[who] / 1e9
@@ -102,9 +102,9 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
                     "ms/seed-step",
                     rate,
                     ceilings[dtype],
-                    ratio=kern["today"] / kern[who],
+                    ratio=kern["general"] / kern[who],
                     note=f"dense {dense_rate:.1f} GFLOP/s ({100 * dense_rate / ceilings[dtype]:.0f}% of ceiling); "
-                    "ratio = today / this",
+                    "ratio = general / this",
                 )
             if torch_form_kernel is not None:
                 table.add(
@@ -114,14 +114,14 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
                     "ms/seed-step",
                     symmetric.flops(BATCH, D, d) / torch_form_kernel / 1e9,
                     ceilings[dtype],
-                    ratio=kern["today"] / torch_form_kernel,
-                    note=f"the loops are {torch_form_kernel / kern['symmetric']:.2f}x this; ratio = today / this",
+                    ratio=kern["general"] / torch_form_kernel,
+                    note=f"the loops are {torch_form_kernel / kern['symmetric']:.2f}x this; ratio = general / this",
                 )
             if dtype == "float32" and D in SPEEDUP_TARGETS:
                 checks.append(
                     (
-                        f"symmetric step / today's, float32, D = {D}",
-                        best["today"] / best["symmetric"],
+                        f"symmetric step / the general one's, float32, D = {D}",
+                        best["general"] / best["symmetric"],
                         SPEEDUP_TARGETS[D],
                         "x",
                     )
@@ -185,7 +185,7 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
     }
 
     _profile_rows(table, args, parts, f"symmetric, {dtype}", D, ceiling, timed_blocks)
-    _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)
+    _profile_general(torch, table, args, trainers["general"], D, dtype, ceiling, timed_blocks)
 
 
 def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads):
@@ -229,7 +229,7 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
         "ms/seed-step",
         note=f"the kernel's time less the loops' (both above, interleaved); {products[0] / 1e6:.2f} MFLOP",
     )
-    _profile_today(torch, table, args, trainers["today"], D, dtype, ceiling, timed_blocks)
+    _profile_general(torch, table, args, trainers["general"], D, dtype, ceiling, timed_blocks)
 
 
 def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
@@ -265,8 +265,8 @@ def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
     return best
 
 
-def _profile_today(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
-    """Today's kernel in the same parts: the fused float32 path (fused.py) cut at its phases."""
+def _profile_general(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
+    """The general kernel in the same parts: the fused float32 path (fused.py) cut at its phases."""
     import numpy as np
 
     from groupsparse.model import cpu, fastpath, fused
@@ -333,7 +333,7 @@ def _profile_today(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
         t = min(r[name] for r in runs) / SEEDS
         table.add(
             "profile",
-            f"today, {dtype}, D = {D}: {name}",
+            f"general, {dtype}, D = {D}: {name}",
             t * 1e3,
             "ms/seed-step",
             fl / t / 1e9,
@@ -355,7 +355,7 @@ def _recording_share(torch, table, args, run_spec, per_seed_step, timed_blocks):
         steps = POINT_STEPS_PER_D3 * D**3
         n_rec = len(record_steps(steps, RECORDING["record_every"]))
         n_att = len(attention_steps(steps, spec.pretrain.attention_checkpoints))
-        for who in ("today", "symmetric"):  # the evaluation's forward pass follows the plan
+        for who in ("general", "symmetric"):  # the evaluation's forward pass follows the plan
             tr = Trainer(spec, list(range(SEEDS)), plan=chosen[who])
             tr.metrics(0, loss, active)
             t_rec = min(timed_blocks({"m": lambda t=tr, x=loss, a=active: t.metrics(0, x, a)}, args.repeats)["m"])

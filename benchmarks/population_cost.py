@@ -8,7 +8,7 @@ over configs/population.yaml as Snakemake merges two --configfile arguments (two
 quarter). Measured, one seed on one thread as a study job runs:
 
 - side by side at D = 64, interleaved: the projected step at batch 128 and at the batch check's 512,
-  and today's batch-512 step (plain batch gradient descent, the theorem test's step): ms per
+  and the plain batch-512 step (batch gradient descent, the theorem test's step): ms per
   seed-step and their ratios;
 - a profile of the projected step: the draw, the kernel, the projection (``population.project``), the
   rebuilding of W and v from the coefficients (``population.build``), the descent around them, and
@@ -75,12 +75,12 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
     grid, check = runs[0], runs[-1]
     D = SIDE_BY_SIDE_D
     eta = spec_of(grid).pretrain.step_size(D)
-    # today's step: plain batch gradient descent at batch 512 (the theorem test's batch), the same task
+    # the plain step: batch gradient descent at batch 512 (the theorem test's batch), the same task
     plain = spec_of(check, gradient="auto")
     trainers = {
         f"projected, batch {grid.spec['pretrain']['batch']}": Trainer(spec_of(grid), [0]),
         f"projected, batch {check.spec['pretrain']['batch']}": Trainer(spec_of(check), [0]),
-        "today: batch 512, plain": Trainer(plain, [0]),
+        "plain, batch 512": Trainer(plain, [0]),
     }
     for tr in trainers.values():
         for _ in range(3):
@@ -92,7 +92,7 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
 
     ts = timed_blocks({who: (lambda t=tr: block(t)) for who, tr in trainers.items()}, max(args.repeats, 5))
     best = {who: min(t) / (args.steps * 4) for who, t in ts.items()}
-    today = best["today: batch 512, plain"]
+    plain_step = best["plain, batch 512"]
     for who, t in best.items():
         tr = trainers[who]
         table.add(
@@ -100,9 +100,9 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
             f"{who}, float32, d = {d}, D = {D}, 1 seed ({tr.plan.kernel}{', projected' if tr.plan.projected else ''})",
             t * 1e3,
             "ms/seed-step",
-            ratio=t / today,
+            ratio=t / plain_step,
             note=f"median {statistics.median(ts[who]) / (args.steps * 4) * 1e3:.3f}; eta {tr.eta:.4g}; "
-            "ratio = this / today's batch-512 step (interleaved)",
+            "ratio = this / the plain batch-512 step (interleaved)",
         )
     _profile(torch, table, args, trainers, D, timed_blocks)
     per_step = {grid.spec["pretrain"]["batch"]: best[f"projected, batch {grid.spec['pretrain']['batch']}"]}

@@ -5,8 +5,8 @@
     python benchmarks/theorem_d64.py --d 10 --kappa-max 1 --out d64/ --check-only
 
 configs/theorem.yaml measures D <= 32 and rule ``predict`` fixes prediction intervals at D = 24, 32
-and 64 from the D <= 16 runs alone. A D = 64 point costs 2-4 CPU-hours at kappa <= 2 (float32, one
-core, benchmarks/README.md), so it is run here, one job per d: the spec is the one the study would
+and 64 from the D <= 16 runs alone. A D = 64 point costs 1.5-1.6 CPU-hours at kappa <= 2 (float32, one
+core: benchmarks/README.md's "Current figures"), so it is run here, one job per d: the spec is the one the study would
 write for ``scale_d<d>_D64`` (``study.runs.expand`` of configs/theorem.yaml with 64 added to
 ``scaling.D_grid``) except its steps (kappa_max D^3: the run is the first part of the study's 2 D^3
 run, step for step, the step size being constant) and its recording interval (``--record-every``,
