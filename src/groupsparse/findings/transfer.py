@@ -135,7 +135,10 @@ def _protocol(s: Sources, run: str, target: float) -> str:
     steps = rows[
         text.str.contains("share of cross-validated step sizes", regex=False) & text.str.endswith(f"({run}, transfer)")
     ]
-    out = f" The paper's protocol (our reading: the pretrained v kept) against the same with v reset to 0: {_cell(r)}"
+    out = (
+        " The paper's protocol (our reading: the pretrained v kept) against the same with v reset to 0, "
+        f"log(n*_kept / n*_reset) at {target:.0%}: {_cell(r)}"
+    )
     if len(align):
         a = s.claim(align["claim"].iloc[0])
         out += f"; cos(v1, new v*) after fine-tuning, reset minus kept: {_cell(a)}"
