@@ -105,3 +105,9 @@ def test_the_gap_to_logreg_is_the_same_computation():
     table = _table({"pretrained_finetune": 400.0, "logreg": 50.0}, {})
     gap = _claim(sample_gap_claims(table, settings(n_boot=200)), "for accuracy 0.9 (base, transfer)")
     assert gap["measured"] == pytest.approx(-math.log(8), abs=0.2) and gap["verdict"] == "does not hold"
+
+
+def test_a_gap_neither_variant_reaches_has_no_power():
+    table = _table({"pretrained_finetune": 1e9, "pretrained_finetune_v0": 1e9}, {})
+    gap = _claim(protocol_claims(table, settings(n_boot=200)), "for accuracy 0.9 (base, transfer)")
+    assert gap["verdict"] == "inconclusive" and math.isnan(gap["power"])

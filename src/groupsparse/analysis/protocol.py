@@ -145,8 +145,9 @@ def _pair_claims(g: pd.DataFrame, run, downstream, kept, reset, s: Settings) -> 
             run,
             {"d": d, "D": D},
         )
-        # the alternative: the reset saves a factor 2 in samples
-        rows.append(add_power(row, pred, "a factor 2 fewer samples, log 2", math.log(2), gap.se, gap.seeds - 1, s))
+        # the alternative: the reset saves a factor 2 in samples (no power where the data cannot decide)
+        se = math.nan if gap.blocker() else gap.se
+        rows.append(add_power(row, pred, "a factor 2 fewer samples, log 2", math.log(2), se, gap.seeds - 1, s))
     rows.append(_alignment_claim(g, run, downstream, kept, reset, where, role, s, {"d": d, "D": D}))
     rows.append(_step_row(g, run, downstream, kept, where, role, {"d": d, "D": D}))
     return [r for r in rows if r is not None]
