@@ -63,7 +63,7 @@ class Gap:
 
 def n_star_gap(transfer, run, downstream, method, reference, target, s: Settings, identity: tuple) -> Gap | None:
     """The gap log(n*_reference / n*_method) > 0 when ``method`` needs fewer samples (paired bootstrap
-    over the common seeds, generator from ``identity``). A method that never reaches the target has
+    over the common seeds, generator from the study seed and ``identity``). A method that never reaches the target has
     n* > n_max, one that reaches it at the first n has n* <= n_min: the bound is used, and the side of
     the interval it leaves unknown is set to infinity, so censoring can only widen the interval."""
     pre = transfer_curves(transfer, run, downstream, method)
@@ -72,7 +72,7 @@ def n_star_gap(transfer, run, downstream, method, reference, target, s: Settings
     if not common.size:
         return None
     pick = lambda c: c[2][np.searchsorted(c[1], common)]  # noqa: E731
-    rng = bootstrap_generator(*identity)
+    rng = bootstrap_generator(s.study_seed, *identity)
     idx = np.vstack([np.arange(common.size)[None], rng.integers(0, common.size, size=(s.n_boot, common.size))])
     lp, pre_above, pre_below = mean_curve_crossing(pre[0], pick(pre), target)(idx)
     lb, base_above, base_below = mean_curve_crossing(base[0], pick(base), target)(idx)
