@@ -83,3 +83,13 @@ def test_a_study_without_ablations_needs_no_task_named_base(tmp_path):
     config = tiny_config()
     config["tasks"] = {"other": config["tasks"].pop("base")}
     assert list(preflight.check_study(config, SCHEMA, results=str(tmp_path / "results"))) == ["other"]
+
+
+def test_a_verdict_target_outside_the_accuracy_targets_is_refused_naming_both_keys(tmp_path):
+    """Every verdict the README quotes is made at scaling.analysis.accuracy_targets: its one target must be one."""
+    analysis = {"accuracy_targets": [0.8, 0.9], "verdict_target": 0.85}
+    message = refusal(tiny_config() | {"scaling": {"enabled": False, "analysis": analysis}}, tmp_path)
+    assert "scaling.analysis.verdict_target: 0.85 is not one of scaling.analysis.accuracy_targets (0.8, 0.9)" in message
+    analysis["verdict_target"] = 0.8
+    config = tiny_config() | {"scaling": {"enabled": False, "analysis": analysis}}
+    assert "base" in preflight.check_study(config, SCHEMA, results=str(tmp_path / "results"))

@@ -13,6 +13,7 @@ import shutil
 
 import pandas as pd
 import pytest
+import yaml
 
 from groupsparse.findings import readme
 from groupsparse.findings.tables import COMMITTED, SHIPPED, FindingsError, commit_tables, committed
@@ -225,3 +226,60 @@ def test_commit_tables_copies_the_runs_csv_tables_and_removes_those_it_did_not_m
     assert not (folder / "summary.csv").exists()
     prov = json.loads((folder / "provenance.json").read_text())
     assert prov["config"] == "configs/theorem.yaml" and prov["git_commit"] == "abc" and prov["cpu"] == {"model": "X"}
+    made_by = yaml.safe_load((folder / "config.yaml").read_text())
+    assert made_by == {"study_name": "theorem"}  # the config that made the tables, beside them
+
+
+def test_the_transfer_answer_quotes_the_config_that_made_its_tables(tmp_path):
+    """The shipped config may move on (a finer n grid) after its tables were committed: the answer still
+    quotes the grid and targets of the config beside the tables."""
+    from groupsparse.findings import transfer
+
+    root = copied_repo(tmp_path)
+    before = transfer.finding(committed(root))
+    config = yaml.safe_load((root / "config.yaml").read_text())
+    config["scaling"]["transfer"]["sizes"] = [4, 6, 8]
+    (root / "config.yaml").write_text(yaml.safe_dump(config))
+    assert transfer.finding(committed(root)) == before and "n = 8, 32, 128, 512 and 2048" in " ".join(before.split())
+
+
+def test_the_transfer_answer_states_the_protocol_verdict_where_the_tables_have_it(tmp_path):
+    from groupsparse.findings import transfer
+
+    root = copied_repo(tmp_path)
+    assert "not tested in these tables" in transfer.finding(committed(root))
+    path = root / "docs/results/tables/claims.csv"
+    claims = pd.read_csv(path)
+    kept, reset = "pretrained_finetune", "pretrained_finetune_v0"
+    rows = [
+        {
+            "claim": f"{kept} with v reset to 0 ({reset}) needs fewer samples for accuracy 0.9 (base, transfer)",
+            "prediction": "> 0",
+            "measured": 3.1,
+            "low": 2.2,
+            "high": 4.0,
+            "verdict": "holds",
+            "power": 0.97,
+            "alternative": "a factor 2 fewer samples, log 2 (value 0.693)",
+        },
+        {
+            "claim": f"cos(v1, new v*) after fine-tuning at n = 4096: higher from v = 0 ({reset}) than from the "
+            f"pretrained v ({kept}) (base, transfer)",
+            "prediction": "> 0",
+            "measured": 0.41,
+            "low": 0.3,
+            "high": 0.52,
+            "verdict": "holds",
+            "power": 1.0,
+            "alternative": "a difference of 0.1 (value 0.1)",
+        },
+        {
+            "claim": f"{kept}: share of cross-validated step sizes at an edge of the eta_rel grid (base, transfer)",
+            "measured": 0.62,
+            "verdict": "descriptive",
+        },
+    ]
+    pd.concat([claims, pd.DataFrame(rows)], ignore_index=True).to_csv(path, index=False)
+    text = " ".join(transfer.finding(committed(root)).split())
+    assert "v reset to 0, log(n*_kept / n*_reset) at 90%: 3.10 [2.20, 4.00]: holds, power 0.97" in text, text
+    assert "reset minus kept" in text and "0.62 of the fits" in text and "not tested" not in text

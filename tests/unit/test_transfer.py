@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -322,6 +323,21 @@ def test_the_method_registry_is_read_without_importing_torch():
     assert out.stdout.split() == [str(len(METHODS)), "False"], out.stderr
 
 
+def test_the_fine_tuning_variants_are_the_named_points_of_one_method_grid():
+    """pretrained_sgd's two settings (what is trained, where v starts) form a 2 x 2 grid; each point
+    is a method of its own name with those settings as its defaults, fitted by the same module."""
+    from groupsparse.transfer.methods import method, pretrained_sgd
+
+    grid = {(t, v) for t in pretrained_sgd.CHOICES["train"] for v in pretrained_sgd.CHOICES["v_start"]}
+    points = {name: (e["settings"]["train"], e["settings"]["v_start"]) for name, e in pretrained_sgd.VARIANTS.items()}
+    assert set(points.values()) == grid and len(points) == len(grid)
+    assert "pretrained_sgd" not in METHODS
+    for name, (train, v_start) in points.items():
+        info = method(name)
+        assert info.module is pretrained_sgd and info.online
+        assert (info.defaults["train"], info.defaults["v_start"]) == (train, v_start)
+
+
 def test_the_registry_lists_each_method_module_once_with_its_declarations():
     from groupsparse.transfer.methods import method, names_where
 
@@ -572,7 +588,8 @@ def test_average_online_error_interpolates_linearly_and_is_exact_on_every_iterat
 
 def _direct_online_error(spec, params, X, y, Xo, yo, eta, trainable):
     """One pass of online SGD written as a plain loop with autograd; the test error (y f <= 0 on the
-    fixed batch) of every iterate t = 0 .. n-1 (parameters after t updates), averaged."""
+    fixed batch) of every iterate t = 0 .. n-1 (parameters after t updates), averaged, and the
+    final parameters."""
     from groupsparse.model.transformer import embed, forward
 
     p = {k: t.clone() for k, t in params.items()}
@@ -587,7 +604,7 @@ def _direct_online_error(spec, params, X, y, Xo, yo, eta, trainable):
         grads = torch.autograd.grad(loss, [leaves[k] for k in trainable])
         for k, g in zip(trainable, grads):
             p[k] = p[k] - eta * g
-    return float(np.mean(errors))
+    return float(np.mean(errors)), p
 
 
 @pytest.mark.parametrize(
@@ -622,8 +639,16 @@ def test_online_error_equals_a_direct_loop(checkpoint, method, trainable, points
     task = make_downstream_tasks(spec, seed, tspec)["transfer"]
     X, y = draw(task, n, train_generator(spec, seed, "transfer", n), "train")
     Xt, yt = draw(task, tspec.test_size, heldout_generator(spec, seed, "transfer"), "test")
-    direct = _direct_online_error(spec, params, X, y, Xt[:500], yt[:500], hp["eta"], trainable)
+    direct, final = _direct_online_error(spec, params, X, y, Xt[:500], yt[:500], hp["eta"], trainable)
     assert 0 <= row["online_error"] <= 1
+    # the recorded read-out alignment is that of the loop's start and end (v1: v's first d coordinates)
+    d, new = spec.task.d, task.directions[0]
+    cos = lambda v, u: float(v[:d] @ u) / float(v[:d].norm())  # noqa: E731
+    if hp["v_start"] == "zero":
+        assert math.isnan(row["cos_v1_new_start"])
+    else:
+        assert row["cos_v1_new_start"] == pytest.approx(cos(params["v"][0], new), abs=1e-9)
+    assert row["cos_v1_new"] == pytest.approx(cos(final["v"][0], new), abs=1e-6)
     if points >= n:
         assert row["online_error"] == pytest.approx(direct, abs=1e-9)
     else:
@@ -644,5 +669,15 @@ def test_both_fine_tuning_starts_are_separate_methods(checkpoint):
         "pretrained_frozen_W": "pretrained",
         "pretrained_frozen_W_v0": "zero",
     }
+    trained = {m: v for m, v in zip(table["method"], table["p_train"]) if m.startswith("pretrained")}
+    assert trained == {"pretrained_finetune": "W_and_v", "pretrained_finetune_v0": "W_and_v"} | {
+        "pretrained_frozen_W": "v",
+        "pretrained_frozen_W_v0": "v",
+    }
+    # the read-out's alignment is recorded for the paper's model only, from the checkpoint's v or none
+    paper = table[table.method.str.startswith("pretrained_f")]
+    assert paper["cos_v1_new"].between(-1, 1).all() and table.loc[table.method == "logreg", "cos_v1_new"].isna().all()
+    assert paper.loc[paper.p_v_start == "zero", "cos_v1_new_start"].isna().all()
+    assert paper.loc[paper.p_v_start == "pretrained", "cos_v1_new_start"].between(-1, 1).all()
     online = table.groupby("method")["online_error"]
     assert online.apply(lambda s: s.notna().all()).drop("logreg").all() and online.get_group("logreg").isna().all()

@@ -15,7 +15,6 @@ from ..io.tables import ANALYSED_COLUMNS
 from .ablations import ablation_table
 from .bound import batch_claims, kappa_claims
 from .concentration import concentration_fits
-from .fits import mean_curve_crossing
 from .inputs import (
     BASELINE_METHOD,
     PRETRAINED_METHOD,
@@ -23,13 +22,13 @@ from .inputs import (
     downstreams,
     final_rows,
     require_columns,
-    transfer_curves,
     with_role,
     without_role,
 )
 from .online_form import online_form_claims
 from .power import add_power
 from .predict import prediction_claims
+from .protocol import n_star_gap, protocol_claims
 from .rows import claim_row
 from .sample_complexity import JointRecord, n_star_fits, online_error_fits
 from .scaling_laws import (
@@ -45,12 +44,9 @@ from .stats import (
     METRIC_RANGES,
     MIN_SEEDS,
     Prediction,
-    bootstrap_generator,
     fmt_values,
     mean_interval,
     one_sided_low,
-    t_interval,
-    widen,
 )
 from .theorem import concentration_claims, stability_claims
 
@@ -108,73 +104,41 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
 
 
 def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
-    """log(n*_logreg / n*_pretrained) > 0 per run, downstream and target (paired bootstrap over seeds).
-
-    A method that never reaches the target has n* > n_max, one that reaches it at the first n
-    has n* <= n_min: the bound is used, and the side of the interval it leaves unknown is set
-    to infinity, so censoring can only widen the interval.
-    """
+    """log(n*_logreg / n*_pretrained) > 0 per run, downstream and target (:func:`.protocol.n_star_gap`)."""
     rows = []
     if not len(transfer):
         return rows
     require_columns(transfer, "transfer")
     for downstream in downstreams(transfer, s.downstream):
         for run in sorted(without_role(transfer, "ablation")["run"].unique()):
-            base = transfer_curves(transfer, run, downstream, BASELINE_METHOD)
+            d, D, role = (transfer.loc[transfer["run"] == run, k].iloc[0] for k in ("d", "D", "role"))
+            d, D = int(d), int(D)
             for method in PRETRAINED_METHODS:
-                pre = transfer_curves(transfer, run, downstream, method)
-                common = np.intersect1d(pre[1], base[1])
-                if not common.size:
-                    continue
-                d, D, role = (transfer.loc[transfer["run"] == run, k].iloc[0] for k in ("d", "D", "role"))
-                d, D = int(d), int(D)
-                pick = lambda c, common=common: c[2][np.searchsorted(c[1], common)]
                 for target in s.accuracy_targets:
-                    rng = bootstrap_generator(
-                        s.study_seed,
-                        "sample_gap",
-                        run,
-                        downstream,
-                        float(target),
-                        *(() if method == PRETRAINED_METHOD else (method,)),
-                    )
-                    idx = np.vstack(
-                        [np.arange(common.size)[None], rng.integers(0, common.size, size=(s.n_boot, common.size))]
-                    )
-                    lp, pre_above, pre_below = mean_curve_crossing(pre[0], pick(pre), target)(idx)
-                    lb, base_above, base_below = mean_curve_crossing(base[0], pick(base), target)(idx)
-                    gap = lb - lp
-                    lo, hi = t_interval(float(gap[0]), widen(gap[0], gap[1:], common.size), common.size - 1)
-                    # the true gap is smaller where pretrained's n* or logreg's is only bounded that way
-                    lo = -math.inf if (pre_above | base_below).any() else lo
-                    hi = math.inf if (pre_below | base_above).any() else hi
-                    blocker = ("neither method reaches the target" if pre_above[0] and base_above[0] else "") or (
-                        f"{common.size} seed(s), need {MIN_SEEDS}" if common.size < MIN_SEEDS else ""
-                    )
+                    named = () if method == PRETRAINED_METHOD else (method,)
+                    identity = ("sample_gap", run, downstream, float(target), *named)
+                    gap = n_star_gap(transfer, run, downstream, method, BASELINE_METHOD, target, s, identity)
+                    if gap is None:
+                        break
                     pred = Prediction("greater", 0.0)
                     row = claim_row(
                         f"{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})",
                         "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
                         pred,
-                        float(gap[0]),
-                        lo,
-                        hi,
-                        blocker,
+                        gap.measured,
+                        gap.low,
+                        gap.high,
+                        gap.blocker(),
                         f"run {run}: d = {d}, D = {D}, downstream {downstream}; "
-                        "measured = log(n*_logreg / n*_pretrained)"
-                        + (" (pretrained never reaches it: measured is an upper bound)" if pre_above[0] else "")
-                        + (" (pretrained reaches it at the first n: measured is a lower bound)" if pre_below[0] else "")
-                        + (" (logreg never reaches it: measured is a lower bound)" if base_above[0] else "")
-                        + (" (logreg reaches it at the first n: measured is an upper bound)" if base_below[0] else ""),
+                        "measured = log(n*_logreg / n*_pretrained)" + gap.bounds_note("pretrained", "logreg"),
                         "sample_gap",
-                        int(common.size),
+                        gap.seeds,
                         role,
                         run,
                         {"d": d, "D": D},
                     )
-                    se = float(widen(gap[0], gap[1:], common.size).std(ddof=1))
                     theory_gap = ("the theory's log(d D / (d + D))", math.log(d * D / (d + D)))
-                    rows.append(add_power(row, pred, *theory_gap, se, common.size - 1, s))
+                    rows.append(add_power(row, pred, *theory_gap, gap.se, gap.seeds - 1, s))
     return rows
 
 
@@ -322,6 +286,7 @@ def analyse(
         + [row for r in joint for row in r.claims(s)]
         + online_form_claims(transfer, s)
         + sample_gap_claims(transfer, s)
+        + protocol_claims(transfer, s)
     )
     table = machine_robust(pd.DataFrame(claims, columns=CLAIM_COLUMNS), s)
     return Analysis(records, table, ablation_table(traj, transfer, s), crossings, joint)

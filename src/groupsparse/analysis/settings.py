@@ -18,6 +18,7 @@ class Settings:
     thresholds: tuple[float, ...]  # mean-attention thresholds of the descriptive rates
     loss_target: float | None
     accuracy_targets: tuple[float, ...]
+    verdict_target: float  # the one target the README's transfer answer quotes for every method
     methods: tuple[str, ...]
     downstream: tuple[str, ...] | None  # None: every downstream (incl. negative_control)
     near_one: float  # "near 1" for final attention and cos(v1, v*)
@@ -49,6 +50,7 @@ class Settings:
                 "thresholds": tuple(float(x) for x in a["thresholds"]),
                 "loss_target": None if a["loss_target"] is None else float(a["loss_target"]),
                 "accuracy_targets": tuple(float(x) for x in a["accuracy_targets"]),
+                "verdict_target": float(a["verdict_target"]),
                 "methods": tuple(a["methods"]),
                 "downstream": tuple(a["downstream"]),
                 "near_one": float(a["near_one"]),

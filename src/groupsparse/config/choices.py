@@ -60,9 +60,13 @@ ROWS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ),
     ("fixed settings of every method", ("transfer.hyperparameters.<method>",), "section 4.3"),
     (
-        "SGD passes and start of v of the paper-model methods (both starts reported as methods)",
-        ("transfer.hyperparameters.<method>.passes", "transfer.hyperparameters.<method>.v_start"),
-        "`DEFAULTS` of `transfer/methods/<method>.py`: 1 pass; pretrained and zero (`_v0`)",
+        "fine-tuning from the checkpoint: one method, its grid's points named (what is trained x where v starts)",
+        (
+            "transfer.hyperparameters.<method>.train",
+            "transfer.hyperparameters.<method>.v_start",
+            "transfer.hyperparameters.<method>.passes",
+        ),
+        "`VARIANTS` of `transfer/methods/pretrained_sgd.py`: W_and_v or v x pretrained or zero (`_v0`); 1 pass",
     ),
     ("converged probe", (), "method `pretrained_probe`, named in `transfer.methods`"),
     ("precision of the torch methods", ("transfer.dtype",), None),
@@ -87,7 +91,9 @@ ROWS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
         None,
     ),
     ("near-one level of the final-state claims", ("scaling.analysis.near_one",), None),
+    ("sample sizes of the scaling grid's transfer", ("scaling.transfer.sizes",), None),
     ("accuracy targets of n*", ("scaling.analysis.accuracy_targets",), None),
+    ("the one target every method's transfer verdict is quoted at", ("scaling.analysis.verdict_target",), None),
 )
 
 

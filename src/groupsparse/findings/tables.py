@@ -18,6 +18,8 @@ from ..io import tables as names
 from ..io.files import InputError
 
 COMMITTED = names.CSV_TABLES  # the tables a snapshot commits, as CSV
+# Beside committed tables: the config that made them (the shipped config may have moved on since)
+MADE_BY = "config.yaml"
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,10 @@ class Tables:
 
             from ..config.schema import fill_defaults, study_schema
 
-            if self.config_file is None:
+            made_by = self.folder / MADE_BY  # the config that made the tables, copied beside them
+            if not made_by.is_file() and self.config_file is None:
                 raise FindingsError(f"{self.folder}: no config file given for these tables")
-            config = yaml.safe_load((self.root / self.config_file).read_text())
+            config = yaml.safe_load((made_by if made_by.is_file() else self.root / self.config_file).read_text())
             fill_defaults(config, study_schema())
             self._config = config
         return self._config
@@ -159,6 +162,13 @@ def commit_tables(results, folder) -> list[str]:
         "cpu": prov.get("cpu"),
     }
     write_text_atomic(folder / "provenance.json", json.dumps(kept, indent=1) + "\n")
+    if isinstance(prov.get("study"), dict):
+        import yaml
+
+        header = f"# The config that made these tables (git commit {kept['git_commit']}), defaults filled in.\n"
+        write_text_atomic(folder / MADE_BY, header + yaml.safe_dump(prov["study"], sort_keys=False))
+    elif (folder / MADE_BY).is_file():
+        (folder / MADE_BY).unlink()
     return written
 
 
@@ -296,12 +306,23 @@ def image_tasks(config: dict) -> list[str]:
     return [name for name, entry in config["tasks"].items() if kind_of(entry["task"]).loads_dataset]
 
 
+def _verdict_target(t: Tables) -> float:
+    """The config's one accuracy target of the transfer verdicts; 0.9, the schema's default, without a config."""
+    try:
+        return float(t.config["scaling"]["analysis"]["verdict_target"])
+    except FindingsError:
+        from ..config.schema import study_schema
+
+        return float(study_schema()["$defs"]["scaling_analysis"]["properties"]["verdict_target"]["default"])
+
+
 def n_lines(t: Tables, keep) -> list[str]:
     """'n for 90%, <run>: method n, ...' per task run that ``keep`` accepts, and the methods that never get there."""
     if not t.has("sample_complexity"):
         return []
     sc = t.table("sample_complexity")
-    sc = sc[((sc["target_accuracy"] - 0.9).abs() < 1e-9) & (sc["downstream"] == "transfer")]
+    target = _verdict_target(t)
+    sc = sc[((sc["target_accuracy"] - target).abs() < 1e-9) & (sc["downstream"] == "transfer")]
     if "role" in sc:
         sc = sc[sc["role"] == "task"]
     lines = []
@@ -311,7 +332,7 @@ def n_lines(t: Tables, keep) -> list[str]:
         g = g.assign(sort=g["n_needed"].astype(float)).sort_values("sort")
         got = [f"{r['method']} {count(r['n_needed'])}" for _, r in g.iterrows() if math.isfinite(r["sort"])]
         miss = [r["method"] for _, r in g.iterrows() if not math.isfinite(r["sort"])]
-        lines += fold(f"n for 90%, {run}: ", got or ["no method"])
+        lines += fold(f"n for {target:.0%}, {run}: ", got or ["no method"])
         if miss:
             lines += fold("  not reached on the grid: ", miss)
     return lines

@@ -79,6 +79,11 @@ TRANSFER_COLUMNS = (
     "cv_accuracy",
     "cv_loss",
     "online_error",
+    # the paper's model: cos of the read-out's feature block v1 with the downstream v* at the start and
+    # fitted, and fitted with the pretraining v* (transfer.runner; NaN for the other methods)
+    "cos_v1_new_start",
+    "cos_v1_new",
+    "cos_v1_old",
 )
 
 # Columns every job's command adds to its tables from the run spec (commands/pretrain.py, commands/transfer.py).
@@ -103,7 +108,17 @@ ANALYSED_COLUMNS = {
 }
 
 # Transfer columns a table may lack and still be read (bookkeeping, or added after the first tables).
-_TRANSFER_OPTIONAL = {"j_star", "pretrain_j_star", "train_loss", "fit_seconds", "error", "cos_direction"}
+_TRANSFER_OPTIONAL = {
+    "j_star",
+    "pretrain_j_star",
+    "train_loss",
+    "fit_seconds",
+    "error",
+    "cos_direction",
+    "cos_v1_new_start",
+    "cos_v1_new",
+    "cos_v1_old",
+}
 _TRANSFER_OPTIONAL |= {"selection", "hp_at_edge", "hp_edge", "cv_accuracy", "cv_loss", "online_error"}
 
 # What a table must have to be read at all (older tables may lack the newer columns).

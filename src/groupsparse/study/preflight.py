@@ -190,6 +190,13 @@ def reference_problems(config: dict[str, Any], runs: dict[str, Any]) -> list[str
                 f"scaling.analysis.methods[{i}]: {shown(method)} is not {what}: "
                 f"{', '.join(sorted(fitted)) or 'none (transfer is off)'}"
             )
+    targets = (scaling.get("analysis") or {}).get("accuracy_targets") or []
+    verdict_target = (scaling.get("analysis") or {}).get("verdict_target")
+    if verdict_target is not None and not any(abs(verdict_target - t) < 1e-12 for t in targets):
+        problems.append(
+            f"scaling.analysis.verdict_target: {verdict_target:g} is not one of scaling.analysis.accuracy_targets "
+            f"({', '.join(f'{t:g}' for t in targets)}): every verdict it quotes is made at those targets"
+        )
     analysis = ablations.get("analysis") or {}
     baseline = analysis["baseline"]
     if ablations.get("enabled"):

@@ -1,10 +1,10 @@
 """What every transfer method shares: the batch of entries it fits (Context), its outputs
-(FitOutput), its registry entry (Method), the online-error request (OnlineEval), and helpers
+(FitOutput), the online-error request (OnlineEval), and helpers
 for per-entry settings and chunked evaluation. See :mod:`.methods` for the conventions."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,6 +13,7 @@ import torch
 from ..config.specs import RunSpec
 
 EVAL_CHUNK = 2048
+READOUT_COLUMNS = ("cos_v1_new_start", "cos_v1_new", "cos_v1_old")  # the paper model's read-out alignment
 
 
 @dataclass
@@ -28,13 +29,9 @@ class FitOutput:
     errors: list[str | None] = field(default_factory=list)  # per entry: why it could not be fitted
     extras: list[dict] = field(default_factory=list)  # per entry: data-dependent settings (recorded)
     online: list[float] | None = None  # per entry: average online error (online SGD)
-
-
-@dataclass(frozen=True)
-class Method:
-    fit: Callable[..., FitOutput]
-    uses_pretrained: bool = False
-    description: str = ""
+    # the paper's model: its read-out v at the start and fitted, (S, m) float64 each (the runner
+    # records their alignment with the downstream direction: the fine-tuning mechanism's test)
+    readout: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,3 +102,26 @@ def per_seed(fit_one, X, y, evals, flat: bool = True) -> FitOutput:
         for out, E in zip(outs, evals):
             out[s] = torch.from_numpy(np.asarray(decision(prep(E[s])), dtype=np.float64))
     return FitOutput(outs, errors, extras)
+
+
+def readout_alignment(out: FitOutput, tasks, bases, d: int) -> list[dict]:
+    """Per entry: cos(v1, new v*) of the read-out's feature block v1 = v[:d] at the start and
+    fitted, and the fitted v1's cos with the pretraining v* (NaN without a read-out, a synthetic
+    direction, or where v1 = 0: the zero start)."""
+    if out.readout is None:
+        return [dict.fromkeys(READOUT_COLUMNS, math.nan) for _ in tasks]
+
+    def cos(v: torch.Tensor, task) -> float:
+        direction = getattr(task, "directions", None)
+        norm = float(v.norm())
+        return math.nan if direction is None or norm == 0.0 else float(v @ direction[0]) / norm
+
+    start, fitted = (v[:, :d] for v in out.readout)
+    return [
+        {
+            "cos_v1_new_start": cos(start[j], task),
+            "cos_v1_new": cos(fitted[j], task),
+            "cos_v1_old": cos(fitted[j], base),
+        }
+        for j, (task, base) in enumerate(zip(tasks, bases))
+    ]

@@ -68,6 +68,7 @@ def _paper_sgd(
     yy = y.to(ctx.device, ctx.dtype)
     S, n = yy.shape
     params = {k: t.to(ctx.device, ctx.dtype).clone() for k, t in params.items()}
+    v_start = params["v"].to("cpu", torch.float64)
     hp = shared_settings(hps, "eta", "eta_rel")
     closed_form = ms.is_paper_model
     scale = 1.0 / math.sqrt(Z.shape[-1]) if ms.score_scale == "sqrt" else 1.0
@@ -104,7 +105,10 @@ def _paper_sgd(
             for k in trainable:
                 params[k] = params[k] - etas[k] * grads[k]
     out = FitOutput(
-        [chunked(lambda E: forward(params, embed(E, ms), ms)[0], E, ctx) for E in evals], [None] * S, extras
+        [chunked(lambda E: forward(params, embed(E, ms), ms)[0], E, ctx) for E in evals],
+        [None] * S,
+        extras,
+        readout=(v_start, params["v"].detach().to("cpu", torch.float64)),
     )
     if online is not None:
         out.online = [float(e) for e in average_online_error(measure, np.stack(errs), n)]
@@ -122,21 +126,13 @@ def _sgd_grads(params, Z, y, ms, closed_form: bool, scale: float, trainable):
     return dict(zip(trainable, grads))
 
 
-def _start(start: dict, hps: list[dict]) -> dict:
-    """The pretrained parameters, with v zeroed if ``v_start == "zero"``."""
-    if shared_settings(hps, "eta", "eta_rel")["v_start"] == "zero":
-        return start | {"v": torch.zeros_like(start["v"])}
-    return start
-
-
-def fit_pretrained_finetune(ctx, X, y, evals, hps, gens, start, online=None) -> FitOutput:
-    """All parameters (W, v) fine-tuned by online SGD from the pretrained W (v: pretrained or 0)."""
-    return _paper_sgd(ctx, X, y, evals, hps, gens, _start(start, hps), tuple(start), online)
-
-
-def fit_pretrained_frozen_W(ctx, X, y, evals, hps, gens, start, online=None) -> FitOutput:
-    """Only the value vector v is fine-tuned (from the pretrained v or 0); the attention stays."""
-    return _paper_sgd(ctx, X, y, evals, hps, gens, _start(start, hps), ("v",), online)
+def fit_pretrained_sgd(ctx, X, y, evals, hps, gens, start, online=None) -> FitOutput:
+    """Online SGD from the pretrained W; v from the checkpoint or 0 (``v_start``); every parameter
+    updated or v only (``train``). The output records v at the start and fitted (``readout``)."""
+    shared = shared_settings(hps, "eta", "eta_rel")
+    params = start | {"v": torch.zeros_like(start["v"])} if shared["v_start"] == "zero" else start
+    trainable = tuple(start) if shared["train"] == "W_and_v" else ("v",)
+    return _paper_sgd(ctx, X, y, evals, hps, gens, params, trainable, online)
 
 
 def fit_scratch_transformer(ctx, X, y, evals, hps, gens, start=None, online=None) -> FitOutput:

@@ -34,10 +34,8 @@ from ..config.specs import RunSpec, config_hash
 from ..io import files as io
 from ..io.tables import PARAMETER_PREFIX, TRANSFER_COLUMNS
 from ..model.device import TORCH_DTYPES, torch_device
-from .baselines import warm_up_group_lasso
-from .fitting import Context, OnlineEval
+from .fitting import READOUT_COLUMNS, Context, OnlineEval, readout_alignment
 from .methods import method as method_info
-from .methods._shared import net_steps
 from .spec import TransferSpec, check_grid
 from .tasks import (
     Pretrained,
@@ -95,16 +93,14 @@ def _run_transfer(run_spec, spec, checkpoint, methods, sizes, progress) -> Trans
     say = progress or (lambda msg: None)
 
     compile_seconds = None
-    if "group_lasso" in methods:  # its numba kernels compile once per job, timed apart from the fits
+    warm = [m for m in methods if method_info(m).needs_warm_up]
+    if warm:  # one-time work (numba compilation), timed apart from the fits
         tc = time.perf_counter()
-        solvers = {
-            hp["solver"]
-            for hp in [spec.method_hyperparameters("group_lasso")]
-            + (spec.candidates("group_lasso") if spec.selection == "cv" else [])
-        }
-        warm_up_group_lasso(tuple(sorted(solvers)))
+        for m in warm:
+            settings = [spec.method_hyperparameters(m)] + (spec.candidates(m) if spec.selection == "cv" else [])
+            method_info(m).warm_up(settings)
         compile_seconds = time.perf_counter() - tc
-        say(f"group_lasso: numba compilation {compile_seconds:.1f} s (excluded from fit_seconds)")
+        say(f"{', '.join(warm)}: warm-up {compile_seconds:.1f} s (excluded from fit_seconds)")
 
     per_seed_tasks = [make_downstream_tasks(run_spec, s, spec, base=base) for s, base in zip(pre.seeds, pre.tasks)]
     rows: list[dict] = []
@@ -138,6 +134,7 @@ def _run_transfer(run_spec, spec, checkpoint, methods, sizes, progress) -> Trans
         "fit_seconds",
         "cos_direction",
         "online_error",
+        *READOUT_COLUMNS,
     ):
         table[col] = table[col].astype("float64")
     table["hp_at_edge"] = table["hp_at_edge"].astype("bool")
@@ -199,6 +196,7 @@ def _fit_method(
                     cv_accuracy=math.nan,
                     cv_loss=math.nan,
                     online_error=math.nan,
+                    **dict.fromkeys(READOUT_COLUMNS, math.nan),
                 )
             )
     if not active:
@@ -221,13 +219,13 @@ def _fit_method(
     share = (time.perf_counter() - t1) / len(active)
     errors = out.errors or [None] * len(active)
     extras = out.extras or [{}] * len(active)
+    alignment = readout_alignment(out, [tasks[i] for i in active], [pre.tasks[i] for i in active], run_spec.task.d)
 
     for j, i in enumerate(active):
         f_train, f_test, error, extra = out.outputs[0][j], out.outputs[1][j], errors[j], extras[j]
         rule = notes[j].pop("rule")
         used = {**chosen[j], **extra}  # data-dependent settings (the absolute SGD step) as fitted
-        if {"batch", "epochs", "min_steps", "max_steps"} <= chosen[j].keys():  # an AdamW net
-            used["batch_used"], used["steps"] = net_steps(n, chosen[j])
+        used |= entry.recorded(n, chosen[j])
         metrics = _metrics(f_train, ya[j], f_test, y_test[i])
         online_error = out.online[j] if out.online is not None else math.nan
         if error is not None:
@@ -253,6 +251,7 @@ def _fit_method(
                 cv_loss=_nan_if_none(notes[j].get("cv_loss")),
                 **{PARAMETER_PREFIX + k: v for k, v in used.items()},
                 online_error=online_error,
+                **(alignment[j] if status == "ok" else dict.fromkeys(READOUT_COLUMNS, math.nan)),
             )
         )
     return rows

@@ -16,9 +16,14 @@ imports torch when called) and declares:
 - ``fit(ctx, X, y, evals, hps, gens, start=None, online=None)``: the batched fit (see fitting.py);
 
 and may declare ``ONLINE = True`` (online SGD: rows record the average online error),
+``VARIANTS`` ({name: {"settings": {...}, "description": ..., and optionally "theory", "costs_like"}}:
+named points of its settings, each a method of the registry under that name, with those settings
+as its defaults; the module itself is then no method, benchopt's solver with a parameter grid),
 ``THEORY = True`` (held to the theory's sample-complexity claim), ``CHOICES`` ({setting: allowed
 strings}), ``MAY_BE_ZERO`` and ``MAY_BE_NULL`` (settings allowed 0 / null) and
-``problem(hp) -> str | None`` (a cross-setting rule, e.g. heads dividing width).
+``problem(hp) -> str | None`` (a cross-setting rule, e.g. heads dividing width),
+``warm_up(settings: list[dict])`` (one-time work per job, timed apart from the fits, e.g. numba
+compilation) and ``recorded(n, hp) -> dict`` (settings the fit derives from n, recorded in the rows).
 Modules whose name starts with "_" are helpers, not methods. The order of the registry: the
 pretrained family first, then the baselines, each by name.
 """
@@ -28,7 +33,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -67,8 +72,19 @@ class Method:
         check = getattr(self.module, "problem", None)
         return check(hp) if check is not None else None
 
+    @property
+    def needs_warm_up(self) -> bool:
+        return hasattr(self.module, "warm_up")
 
-def _load(module: ModuleType) -> Method:
+    def warm_up(self, settings: list[dict]) -> None:
+        self.module.warm_up(settings)
+
+    def recorded(self, n: int, hp: dict) -> dict:
+        derive = getattr(self.module, "recorded", None)
+        return derive(n, hp) if derive is not None else {}
+
+
+def _load(module: ModuleType) -> list[Method]:
     name = module.__name__.rsplit(".", 1)[1]
     missing = [key for key in _REQUIRED if not hasattr(module, key)]
     if missing:
@@ -77,7 +93,7 @@ def _load(module: ModuleType) -> Method:
         raise TypeError(f"{module.__file__}: FAMILY {module.FAMILY!r} is not one of {', '.join(FAMILIES)}")
     if module.LIBRARY not in LIBRARIES:
         raise TypeError(f"{module.__file__}: LIBRARY {module.LIBRARY!r} is not one of {', '.join(LIBRARIES)}")
-    return Method(
+    base = Method(
         name=name,
         family=module.FAMILY,
         description=module.DESCRIPTION,
@@ -92,16 +108,44 @@ def _load(module: ModuleType) -> Method:
         may_be_zero=frozenset(getattr(module, "MAY_BE_ZERO", ())),
         may_be_null=frozenset(getattr(module, "MAY_BE_NULL", ())),
     )
+    variants = getattr(module, "VARIANTS", None)
+    if variants is None:
+        return [base]
+    return [_variant(base, variant, entry) for variant, entry in variants.items()]
+
+
+def _variant(base: Method, name: str, entry: dict) -> Method:
+    """The method ``name``: ``base`` with the variant's settings as defaults (checked against CHOICES)."""
+    where = f"{base.module.__file__}: VARIANTS[{name!r}]"
+    unknown = sorted(set(entry["settings"]) - set(base.defaults))
+    if unknown:
+        raise TypeError(f"{where}: settings {', '.join(unknown)} are not in DEFAULTS")
+    for key, value in entry["settings"].items():
+        if key in base.choices and value not in base.choices[key]:
+            raise TypeError(f"{where}: {key} = {value!r} is not one of {', '.join(base.choices[key])}")
+    return replace(
+        base,
+        name=name,
+        description=entry["description"],
+        defaults=base.defaults | entry["settings"],
+        theory=bool(entry.get("theory", base.theory)),
+        costs_like=entry.get("costs_like", base.costs_like),
+    )
 
 
 @functools.cache
 def registry() -> dict[str, Method]:
     """Every method module of this package, by name, in registry order."""
     found = [
-        _load(importlib.import_module(f"{__name__}.{info.name}"))
+        entry
         for info in pkgutil.iter_modules(__path__)
         if not info.name.startswith("_")
+        for entry in _load(importlib.import_module(f"{__name__}.{info.name}"))
     ]
+    names = [m.name for m in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise TypeError(f"transfer methods: {', '.join(twice)} declared twice (a module and a VARIANTS entry?)")
     found.sort(key=lambda m: (FAMILIES.index(m.family), m.name))
     return {m.name: m for m in found}
 

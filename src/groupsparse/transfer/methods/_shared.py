@@ -58,6 +58,12 @@ def net_steps(n: int, hp: dict) -> tuple[int, int]:
     return batch, max(hp["min_steps"], min(hp["max_steps"], steps))
 
 
+def net_recorded(n: int, hp: dict) -> dict:
+    """The settings a net's fit derives from n, recorded beside its hyperparameters."""
+    batch, steps = net_steps(n, hp)
+    return {"batch_used": batch, "steps": steps}
+
+
 def net_problem(hp: dict) -> str | None:
     if hp["min_steps"] > hp["max_steps"]:
         return f"min_steps: must be <= max_steps ({hp['max_steps']}), got {hp['min_steps']}"

@@ -20,3 +20,11 @@ def fit(*args, **kwargs):
     from ..baselines import fit_group_lasso
 
     return fit_group_lasso(*args, **kwargs)
+
+
+def warm_up(settings: list[dict]) -> None:
+    """Compile skglm's numba kernels once per job (for each solver the job may use), so that
+    fit_seconds exclude compilation."""
+    from ..baselines import warm_up_group_lasso
+
+    warm_up_group_lasso(tuple(sorted({hp["solver"] for hp in settings})))

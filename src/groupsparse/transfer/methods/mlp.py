@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._shared import NET, log_grid, net_problem, net_steps
+from ._shared import NET, log_grid, net_problem, net_recorded, net_steps
 
 FAMILY = "baseline"
 DESCRIPTION = "torch ReLU MLP on vec(X), AdamW"
@@ -13,6 +13,7 @@ GRID = {"lr": log_grid(-5, -2, 1)}
 MAY_BE_ZERO = {"weight_decay"}
 LIBRARY = "torch_net"  # a torch net trained by AdamW (its autograd state counts in memory)
 COSTS_LIKE = "mlp"
+recorded = net_recorded
 problem = net_problem
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._shared import NET, log_grid, net_problem, net_steps
+from ._shared import NET, log_grid, net_problem, net_recorded, net_steps
 
 FAMILY = "baseline"
 DESCRIPTION = "standard multi-head softmax transformer, AdamW"
@@ -15,6 +15,7 @@ CHOICES = {"positions": ("learned", "sine")}
 MAY_BE_ZERO = {"weight_decay"}
 LIBRARY = "torch_net"  # a torch net trained by AdamW (its autograd state counts in memory)
 COSTS_LIKE = "std_transformer"
+recorded = net_recorded
 
 
 def problem(hp: dict) -> str | None:
