@@ -75,6 +75,11 @@ def run(args) -> int:
     for name in ("samples", "iters", "hessian_samples", "max_steps", "d"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("samples", "hessian_samples"):  # checked before any run: a sample splits into equal chunks
+        if getattr(args, name) % transverse.CHUNKS:
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be a multiple of {transverse.CHUNKS}, got {getattr(args, name)}"
+            )
     specs = {D: RunSpec.from_dict(spec_dict(args, D)) for D in args.D}  # every D checked before any runs
     set_threads(args.threads)
     rows, hessian = [], []
