@@ -157,9 +157,13 @@ def test_the_reported_growth_factor_is_one_gradient_step_of_a_perturbation():
 
 
 def test_the_command_writes_the_table(tmp_path):
-    out, hess = tmp_path / "transverse_by_D.csv", tmp_path / "hessian.csv"
+    out, hess, carried = tmp_path / "transverse_by_D.csv", tmp_path / "hessian.csv", tmp_path / "carried.csv"
     argv = ["transverse", "--d", "3", "--D", "4", "--samples", "64", "--iters", "6", "--hessian-samples", "256"]
-    assert cli.main(argv + ["--max-steps", "40", "--out", str(out), "--hessian-out", str(hess)]) == 0
+    argv += ["--max-steps", "40", "--propagation-out", str(carried)]
+    assert cli.main(argv + ["--out", str(out), "--hessian-out", str(hess)]) == 0
+    steps = pd.read_csv(carried)
+    assert set(steps["sector"]) == set(sectors.TRANSVERSE) and steps["step"].max() == 40
+    assert (steps[steps["step"] == 0]["log_growth"] == 0).all() and steps["log_growth"].notna().all()
     table = pd.read_csv(out)
     assert set(table["sector"]) == {"subspace", *sectors.TRANSVERSE}
     assert table["flow_time"].min() == 0 and table["flow_time"].max() == pytest.approx(0.5 * 40)

@@ -38,6 +38,13 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--out", required=True, help="output CSV: the transverse_by_D table")
     p.add_argument("--hessian-out", default=None, help="output CSV: the zero start's top eigenvalue per D")
+    p.add_argument(
+        "--propagation-out",
+        default=None,
+        help="output CSV: per D up to --propagate-up-to, a tiny perturbation per sector carried step by step along "
+        "the trajectory by the linearised GD map (columns step, flow_time, sector, log_growth)",
+    )
+    p.add_argument("--propagate-up-to", type=int, default=8, help="largest D to propagate (default 8)")
     p.set_defaults(func=run)
 
 
@@ -82,7 +89,7 @@ def run(args) -> int:
             )
     specs = {D: RunSpec.from_dict(spec_dict(args, D)) for D in args.D}  # every D checked before any runs
     set_threads(args.threads)
-    rows, hessian = [], []
+    rows, hessian, propagated = [], [], []
     for D, spec in specs.items():
         identity = (args.study_seed, "transverse", args.d, D, args.seed)
         if args.hessian_out:
@@ -93,6 +100,11 @@ def run(args) -> int:
                 f"{h['predicted_top']:.4f}); v-block {h['vblock_top']:.4f} +- {h['vblock_se']:.4f} (D/4 = {D / 4:g})",
                 flush=True,
             )
+        if args.propagation_out and args.propagate_up_to >= D:
+            carried = transverse.propagated_rows(spec, args.seed, args.samples, *identity)
+            propagated += carried
+            last = {r["sector"]: r["log_growth"] for r in carried if r["step"] == spec.pretrain.steps}
+            print(f"D = {D}: log growth carried to the end: " + ", ".join(f"{k} {g:.3g}" for k, g in last.items()))
         found = transverse.transverse_rows(spec, args.seed, args.samples, args.iters, *identity)
         rows += found
         print(f"D = {D}, eta {found[0]['eta']:g}, {spec.pretrain.steps} steps: " + summary(found), flush=True)
@@ -100,6 +112,8 @@ def run(args) -> int:
     io.write_text_atomic(args.out, table.to_csv(index=False, float_format="%.9g"))
     if args.hessian_out:
         io.write_text_atomic(args.hessian_out, pd.DataFrame(hessian).to_csv(index=False, float_format="%.9g"))
+    if args.propagation_out:
+        io.write_text_atomic(args.propagation_out, pd.DataFrame(propagated).to_csv(index=False, float_format="%.9g"))
     print(f"{len(table)} rows in {args.out}" + (f", {len(hessian)} in {args.hessian_out}" if hessian else ""))
     return 0
 

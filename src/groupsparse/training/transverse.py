@@ -179,3 +179,38 @@ def transverse_rows(spec: RunSpec, seed: int, n_pairs: int, iters: int, *identit
         head |= {f"pop_{c}": float(x) for c, x in zip(population.COEFFICIENTS, coef)}
         rows += [head | r for r in sector_rows(task, coef, eta, loss_a, chunks_b, iters, gen)]
     return rows
+
+
+def propagated_rows(spec: RunSpec, seed: int, n_pairs: int, *identity) -> list[dict]:
+    """A tiny perturbation per transverse sector carried along the projected trajectory by the linearised GD
+    map of sample A, x <- Proj_k (x - eta H(theta_t) x), renormalised each step (its log growth summed):
+    the growth the frozen-time rates of :func:`transverse_rows` stand for, measured step by step. One
+    Hessian-vector product per sector and step: affordable for small D only."""
+    from .pretrain import Trainer
+
+    trainer = Trainer(spec, [seed])
+    task, eta, D = trainer.tasks[0], trainer.eta, spec.task.D
+    secs = sectors.Sectors(task.v_star, task.j_star, D)
+    P = secs.R[secs.d :, secs.d :]
+    loss_a, _ = samples(task, n_pairs, *identity, "propagation")
+    gen = torch_generator(*identity, "propagation start")
+    deltas = {k: secs.random(k, gen) for k in sectors.TRANSVERSE}
+    logs = dict.fromkeys(deltas, 0.0)
+    marks = set(checkpoint_flow_times(D, eta * spec.pretrain.steps))
+    rows = []
+    for step in range(spec.pretrain.steps + 1):
+        tau = eta * step
+        if any(abs(tau - t) < eta / 2 for t in marks) or step == spec.pretrain.steps:
+            head = {"d": spec.task.d, "D": D, "eta": eta, "step": step, "flow_time": tau}
+            rows += [head | {"sector": k, "log_growth": logs[k]} for k in deltas]
+        if step == spec.pretrain.steps:
+            break
+        W, v = population.build(trainer.coef[0], task.v_star, task.j_star, P, torch.float64)
+        theta = sectors.flatten(W, v)
+        for k, x in deltas.items():
+            x = secs.project(k, x - eta * loss_a.hvp(theta, x))
+            norm = float(x.norm())
+            logs[k] += math.log(norm)
+            deltas[k] = x / norm
+        trainer.step()
+    return rows
