@@ -78,6 +78,11 @@ run groupsparse pretrain --spec @by_hand.json --seeds 0-1 --checkpoint by_hand.s
 run groupsparse check-predictions --predictions results/tiny_theorem/tables/predictions.parquet \
   --spec "${analysis[0]}" --trajectories by_hand.trajectory.parquet
 
+# Transverse stability of population GD, on a tiny problem (the measured table: docs/STUDY.md section 3.6).
+run groupsparse transverse --d 3 --D 4 --samples 64 --iters 6 --hessian-samples 256 --max-steps 40 \
+  --out transverse_by_D.csv --hessian-out zero_start_hessian.csv
+test -s transverse_by_D.csv && test -s zero_start_hessian.csv
+
 # The other shipped studies: planned (a dry run parses and checks the whole config) and estimated.
 run snakemake -n > /dev/null
 for config in configs/theorem.yaml configs/cifar10.yaml configs/paper.yaml configs/scaling.yaml configs/tiny.yaml; do

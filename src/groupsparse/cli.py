@@ -2,9 +2,10 @@
 
 Each workflow rule calls one subcommand (write-spec, pretrain, transfer, check-tables, aggregate,
 plot, predict, scaling, image-figures, fetch); the others are for people: `population` (one
-trajectory of population gradient descent, by hand), `review` (a finished study's answers),
-`status` (how far a running study is, time left), `estimate` (how long a study will take),
-`calibrate` (the cost model against this machine), `summary` (print a result table),
+trajectory of population gradient descent, by hand), `transverse` (its transverse stability per D),
+`review` (a finished study's answers), `status` (how far a running study is, time left),
+`estimate` (how long a study will take), `calibrate` (the cost model against this machine),
+`summary` (print a result table),
 `check-predictions` (the theorem test's predictions against runs made outside the study),
 `snapshot` (docs/results.md), `choices` (docs/STUDY.md's table of choices). Run a study with
 `snakemake --cores all`; see README.md.
@@ -34,6 +35,7 @@ COMMANDS = (
     "predict",
     "check_predictions",
     "population",
+    "transverse",
     "image_figures",
     "snapshot",
     "choices",
