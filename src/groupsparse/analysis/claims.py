@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..config.seeding import numpy_generator
 from ..io.tables import ANALYSED_COLUMNS
 from .ablations import ablation_table
 from .bound import batch_claims, kappa_claims
@@ -28,6 +29,7 @@ from .inputs import (
     without_role,
 )
 from .online_form import online_form_claims
+from .pipeline_power import Level, fit_curve_model, mean_power, simulate_power
 from .power import add_power
 from .predict import prediction_claims
 from .rows import claim_row
@@ -50,6 +52,7 @@ from .stats import (
     mean_interval,
     one_sided_low,
     t_interval,
+    verdict,
     widen,
 )
 from .theorem import concentration_claims, stability_claims
@@ -103,17 +106,77 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
             # the alternative: a value the claim holds at by half its margin, (near_one + 1) / 2
             alt = (f"{what} = (near_one + 1) / 2", (s.near_one + 1) / 2)
             se, dof = _se(ok[col].to_numpy(float))
-            rows.append(add_power(row, pred, *alt, se, dof, s))
+            x = ok[col].to_numpy(float)
+            x = x[np.isfinite(x)]
+            rng = numpy_generator("pipeline-power", s.study_seed, row["claim"])
+            sd = float(x.std(ddof=1)) if x.size > 1 else math.nan
+            sim = mean_power(pred, alt[1], sd, x.size, METRIC_RANGES[col], s.pipeline_power_simulations, rng)
+            rows.append(add_power(row, pred, *alt, se, dof, s, pipeline=sim))
     return rows
 
 
-def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
-    """log(n*_logreg / n*_pretrained) > 0 per run, downstream and target (paired bootstrap over seeds).
+def gap_interval(pre_grid, pre_curves, base_grid, base_curves, target: float, rng, n_boot: int) -> dict:
+    """log(n*_logreg / n*_pretrained) of seed-aligned curves, its interval and censoring flags.
 
     A method that never reaches the target has n* > n_max, one that reaches it at the first n
     has n* <= n_min: the bound is used, and the side of the interval it leaves unknown is set
     to infinity, so censoring can only widen the interval.
     """
+    k = pre_curves.shape[0]
+    idx = np.vstack([np.arange(k)[None], rng.integers(0, k, size=(n_boot, k))])
+    lp, pre_above, pre_below = mean_curve_crossing(pre_grid, pre_curves, target)(idx)
+    lb, base_above, base_below = mean_curve_crossing(base_grid, base_curves, target)(idx)
+    gap = lb - lp
+    spread = widen(gap[0], gap[1:], k)
+    lo, hi = t_interval(float(gap[0]), spread, k - 1)
+    # the true gap is smaller where pretrained's n* or logreg's is only bounded that way
+    lo = -math.inf if (pre_above | base_below).any() else lo
+    hi = math.inf if (pre_below | base_above).any() else hi
+    blocker = ("neither method reaches the target" if pre_above[0] and base_above[0] else "") or (
+        f"{k} seed(s), need {MIN_SEEDS}" if k < MIN_SEEDS else ""
+    )
+    flags = {"pre_above": pre_above[0], "pre_below": pre_below[0], "base_above": base_above[0]}
+    return (
+        flags
+        | {"gap": float(gap[0]), "low": lo, "high": hi, "blocker": blocker, "base_below": base_below[0]}
+        | {"se": float(spread.std(ddof=1)) if spread.size > 1 else math.nan}
+    )
+
+
+GAP_NOTES = {
+    "pre_above": " (pretrained never reaches it: measured is an upper bound)",
+    "pre_below": " (pretrained reaches it at the first n: measured is a lower bound)",
+    "base_above": " (logreg never reaches it: measured is a lower bound)",
+    "base_below": " (logreg reaches it at the first n: measured is an upper bound)",
+}
+GAP_CLAIM = "{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})"
+
+
+def _gap_pipeline_power(pre, base, target: float, d: int, D: int, claim: str, s: Settings) -> float:
+    """Power of one sample-gap claim by simulation (:mod:`.pipeline_power`): logreg's fitted curve, and the
+    pretrained method's shape placed at the theory's n*_logreg (d + D) / (d D)."""
+    if s.pipeline_power_simulations <= 0:
+        return math.nan
+    levels = [Level(g, c.shape[0], fit_curve_model(g, c, s.test_size)) for g, c in (pre, base)]
+    if levels[1].model is None or not levels[1].model.reaches(target):
+        return math.nan  # logreg never reaches the target: no n* to place the theory's gap against
+    log_base = levels[1].model.log_n_star(target)
+    log_n = np.array([log_base - math.log(d * D / (d + D)), log_base])
+    pred = Prediction("greater", 0.0)
+
+    def judge(curves, rng):
+        r = gap_interval(pre[0], curves[0], base[0], curves[1], target, rng, s.pipeline_power_boot)
+        return {claim: verdict(pred, r["low"], r["high"], blocker=r["blocker"])[0]}
+
+    rng = numpy_generator("pipeline-power", s.study_seed, "sample_gap", claim)
+    return simulate_power(
+        levels, log_n, target, judge, {claim: "greater"}, s.pipeline_power_simulations, s.test_size, rng
+    )[claim]
+
+
+def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
+    """log(n*_logreg / n*_pretrained) > 0 per run, downstream and target (paired bootstrap over seeds,
+    :func:`gap_interval`)."""
     rows = []
     if not len(transfer):
         return rows
@@ -138,43 +201,29 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                         float(target),
                         *(() if method == PRETRAINED_METHOD else (method,)),
                     )
-                    idx = np.vstack(
-                        [np.arange(common.size)[None], rng.integers(0, common.size, size=(s.n_boot, common.size))]
-                    )
-                    lp, pre_above, pre_below = mean_curve_crossing(pre[0], pick(pre), target)(idx)
-                    lb, base_above, base_below = mean_curve_crossing(base[0], pick(base), target)(idx)
-                    gap = lb - lp
-                    lo, hi = t_interval(float(gap[0]), widen(gap[0], gap[1:], common.size), common.size - 1)
-                    # the true gap is smaller where pretrained's n* or logreg's is only bounded that way
-                    lo = -math.inf if (pre_above | base_below).any() else lo
-                    hi = math.inf if (pre_below | base_above).any() else hi
-                    blocker = ("neither method reaches the target" if pre_above[0] and base_above[0] else "") or (
-                        f"{common.size} seed(s), need {MIN_SEEDS}" if common.size < MIN_SEEDS else ""
-                    )
+                    r = gap_interval(pre[0], pick(pre), base[0], pick(base), target, rng, s.n_boot)
                     pred = Prediction("greater", 0.0)
+                    claim = GAP_CLAIM.format(method=method, target=target, run=run, downstream=downstream)
                     row = claim_row(
-                        f"{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})",
+                        claim,
                         "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
                         pred,
-                        float(gap[0]),
-                        lo,
-                        hi,
-                        blocker,
+                        r["gap"],
+                        r["low"],
+                        r["high"],
+                        r["blocker"],
                         f"run {run}: d = {d}, D = {D}, downstream {downstream}; "
                         "measured = log(n*_logreg / n*_pretrained)"
-                        + (" (pretrained never reaches it: measured is an upper bound)" if pre_above[0] else "")
-                        + (" (pretrained reaches it at the first n: measured is a lower bound)" if pre_below[0] else "")
-                        + (" (logreg never reaches it: measured is a lower bound)" if base_above[0] else "")
-                        + (" (logreg reaches it at the first n: measured is an upper bound)" if base_below[0] else ""),
+                        + "".join(note for key, note in GAP_NOTES.items() if r[key]),
                         "sample_gap",
                         int(common.size),
                         role,
                         run,
                         {"d": d, "D": D},
                     )
-                    se = float(widen(gap[0], gap[1:], common.size).std(ddof=1))
                     theory_gap = ("the theory's log(d D / (d + D))", math.log(d * D / (d + D)))
-                    rows.append(add_power(row, pred, *theory_gap, se, common.size - 1, s))
+                    sim = _gap_pipeline_power((pre[0], pick(pre)), (base[0], pick(base)), target, d, D, claim, s)
+                    rows.append(add_power(row, pred, *theory_gap, r["se"], common.size - 1, s, pipeline=sim))
     return rows
 
 
@@ -271,6 +320,8 @@ CLAIM_COLUMNS = [
     "d",
     "D",
     "power",
+    "power_plugin",
+    "power_pipeline",
     "alternative",
 ]
 
