@@ -258,9 +258,12 @@ def test_joint_fit_separates_d_plus_D_from_d_times_D():
         "group_lasso": lambda d, D: d,
     }
     s = settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,), methods=tuple(scales), machine_spread=0.0)
+    # the grid starts at n = 2: from n = 4, d D anchored at the grid's centre puts n* of (5, 4) below the
+    # grid's first point (censored), and the simulated pipeline's power against d D falls to about 0.4
+    grid = np.unique(np.round(np.geomspace(2, 8192, 27))).astype(int)
     a = analyse(
         synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
-        synthetic_transfer(configs=FACTORIAL, scales=scales),
+        synthetic_transfer(configs=FACTORIAL, scales=scales, grid=grid),
         s,
     )
     fits = a.fits_table()
@@ -277,6 +280,7 @@ def test_joint_fit_separates_d_plus_D_from_d_times_D():
     assert exceeds["verdict"] == "does not hold" and exceeds["high"] == math.inf and exceeds["low"] > 1.5
     consistent = claim(a, "pretrained_finetune: n* grows no faster than d + D, a + b <= 1 (accuracy 0.8")
     assert consistent["power"] >= 0.8 and consistent["alternative"].startswith("n* ~ d D")
+    assert consistent["power"] == consistent["power_pipeline"]  # the simulation's power decides where it ran
     # a <= 1 alone cannot tell d + D from d D (both have a <= 1): no power, undecided
     alone = claim(a, "pretrained_frozen_W: exponent a of d in n* at most 1 (accuracy 0.8")
     assert alone["verdict"] == "undecided" and alone["power"] < 0.2 and "undecided (power" in alone["why"]
