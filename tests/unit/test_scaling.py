@@ -285,6 +285,12 @@ def test_joint_fit_separates_d_plus_D_from_d_times_D():
     alone = claim(a, "pretrained_frozen_W: exponent a of d in n* at most 1 (accuracy 0.8")
     assert alone["verdict"] == "undecided" and alone["power"] < 0.2 and "undecided (power" in alone["why"]
     assert claim(a, "logreg: n* grows like d D, a + b = 2 (accuracy 0.8")["verdict"] == "holds"
+    # the shape worded from (a, b) against the regions d + D and d D give on this grid
+    shape = "the shape of n* over the (d, D) grid is"
+    assert claim(a, f"pretrained_finetune: {shape} d + D (accuracy 0.8")["verdict"] == "holds"
+    assert claim(a, f"pretrained_frozen_W: {shape} d + D (accuracy 0.8")["verdict"] == "does not hold"
+    assert "n* grows like d D" in claim(a, f"pretrained_frozen_W: {shape} d + D (accuracy 0.8")["why"]
+    assert claim(a, f"logreg: {shape} d D (accuracy 0.8")["verdict"] == "holds"
     assert claim(a, "logreg: exponent b of D in n* equals 1 (accuracy 0.8")["verdict"] in ("holds", "undecided")
     # one n* form per verdict (scaling.analysis.n_star_form = n*): the bound's own form is fitted, not judged
     assert not a.claims["claim"].str.contains("n*/log^2 n*", regex=False).any()
@@ -572,3 +578,17 @@ def test_a_verdict_within_the_machine_spread_is_inconclusive():
     judged = machine_robust(table, settings(machine_spread=0.01))  # 0.905 is within 1% of 0.9; 0.95 is not
     assert list(judged["verdict"]) == ["inconclusive", "holds"] and "cross-machine" in judged["why"].iloc[0]
     assert list(machine_robust(table, settings(machine_spread=0.0))["verdict"]) == ["holds", "holds"]
+
+
+def test_the_machine_spread_is_not_applied_to_transfer_exponents():
+    """The spread was measured on 1 - min attention: a transfer exponent's one-sided bound of 1.022
+    against 1 stays 'does not hold' (the issue's case), a pretraining quantity's edge as close flips."""
+    from groupsparse.analysis.claims import machine_robust
+    from groupsparse.analysis.rows import claim_row
+
+    rows = [
+        claim_row("exponent", "", Prediction("at_most", 1.0), 1.36, 1.022, math.inf, "", "", "sample_complexity", 5),
+        claim_row("attention", "", Prediction("greater", 0.9), 0.95, 0.905, 0.99, "", "", "final_state", 5),
+    ]
+    judged = machine_robust(pd.DataFrame(rows, columns=CLAIM_COLUMNS), settings(machine_spread=0.03))
+    assert list(judged["verdict"]) == ["does not hold", "inconclusive"]
