@@ -9,6 +9,10 @@ draw. Power = the share of draws in which the rule does not confirm the claim (a
 hold"; equal: anything but "holds"); for a directional claim (greater, less) the share in which it
 does confirm it at the alternative (the design's chance to detect the effect the theory names).
 Below ``min_power`` a "consistent" or "holds" verdict reads "undecided (power p)".
+
+This is the plug-in (column ``power_plugin``). Where the whole pipeline is simulated
+(:mod:`.pipeline_power`: the transfer verdicts, the means over seeds) that power
+(``power_pipeline``) is the one the verdict uses.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ samples has average online test error (1/n) sum_i P(y f(Z; W~(i), v~(i)) <= 0)
 * Average online error of the online-SGD methods: ``log err = c + alpha log n + beta log(d + D)``
   over (grid point, n) levels, the sizes of one grid point resampled together (they share the
   pretrained seeds): measured rates, no verdict. The test that can fail, the bound's form with
-  d + D against d D as two fitted models, is :mod:`.online_form`.
+  d + D against d D and a constant as fitted models, is :mod:`.online_form`; the shape of n* worded
+  from (a, b) against the regions d + D and d D give on the grid is :mod:`.n_star_shape`.
 """
 
 from __future__ import annotations

@@ -88,6 +88,12 @@ ROWS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ),
     ("near-one level of the final-state claims", ("scaling.analysis.near_one",), None),
     ("accuracy targets of n*", ("scaling.analysis.accuracy_targets",), None),
+    (
+        "power by simulation of the pipeline: studies per verdict, bootstrap resamples in each (0: plug-in only)",
+        ("scaling.analysis.pipeline_power_simulations", "scaling.analysis.pipeline_power_boot"),
+        None,
+    ),
+    ("cross-machine spread guard (pretraining verdicts only)", ("scaling.analysis.machine_spread",), None),
 )
 
 
