@@ -258,9 +258,12 @@ def test_joint_fit_separates_d_plus_D_from_d_times_D():
         "group_lasso": lambda d, D: d,
     }
     s = settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,), methods=tuple(scales), machine_spread=0.0)
+    # the grid starts at n = 2: from n = 4, d D anchored at the grid's centre puts n* of (5, 4) below the
+    # grid's first point (censored), and the simulated pipeline's power against d D falls to about 0.4
+    grid = np.unique(np.round(np.geomspace(2, 8192, 27))).astype(int)
     a = analyse(
         synthetic_trajectories(3.0, D_grid=(4,), seeds=2),
-        synthetic_transfer(configs=FACTORIAL, scales=scales),
+        synthetic_transfer(configs=FACTORIAL, scales=scales, grid=grid),
         s,
     )
     fits = a.fits_table()
@@ -277,10 +280,17 @@ def test_joint_fit_separates_d_plus_D_from_d_times_D():
     assert exceeds["verdict"] == "does not hold" and exceeds["high"] == math.inf and exceeds["low"] > 1.5
     consistent = claim(a, "pretrained_finetune: n* grows no faster than d + D, a + b <= 1 (accuracy 0.8")
     assert consistent["power"] >= 0.8 and consistent["alternative"].startswith("n* ~ d D")
+    assert consistent["power"] == consistent["power_pipeline"]  # the simulation's power decides where it ran
     # a <= 1 alone cannot tell d + D from d D (both have a <= 1): no power, undecided
     alone = claim(a, "pretrained_frozen_W: exponent a of d in n* at most 1 (accuracy 0.8")
     assert alone["verdict"] == "undecided" and alone["power"] < 0.2 and "undecided (power" in alone["why"]
     assert claim(a, "logreg: n* grows like d D, a + b = 2 (accuracy 0.8")["verdict"] == "holds"
+    # the shape worded from (a, b) against the regions d + D and d D give on this grid
+    shape = "the shape of n* over the (d, D) grid is"
+    assert claim(a, f"pretrained_finetune: {shape} d + D (accuracy 0.8")["verdict"] == "holds"
+    assert claim(a, f"pretrained_frozen_W: {shape} d + D (accuracy 0.8")["verdict"] == "does not hold"
+    assert "n* grows like d D" in claim(a, f"pretrained_frozen_W: {shape} d + D (accuracy 0.8")["why"]
+    assert claim(a, f"logreg: {shape} d D (accuracy 0.8")["verdict"] == "holds"
     assert claim(a, "logreg: exponent b of D in n* equals 1 (accuracy 0.8")["verdict"] in ("holds", "undecided")
     # one n* form per verdict (scaling.analysis.n_star_form = n*): the bound's own form is fitted, not judged
     assert not a.claims["claim"].str.contains("n*/log^2 n*", regex=False).any()
@@ -337,9 +347,13 @@ def test_the_bound_form_with_d_plus_D_against_d_times_D_can_fail(size):
     s = settings(n_boot=400, loss_target=None, accuracy_targets=(0.8,), methods=())
     scale = (lambda d, D: d + D) if size == "d + D" else (lambda d, D: d * D)
     online = synthetic_online(alpha=-1.0, beta=1.0, size=scale)
-    row = claim(analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), online, s), "the bound's form with d + D")
+    a = analyse(synthetic_trajectories(3.0, D_grid=(4,), seeds=2), online, s)
+    row = claim(a, "the bound's form with d + D fits the average online error better than with d D")
     assert row["verdict"] == ("holds" if size == "d + D" else "does not hold")
     assert row["power"] > 0.8 and "d D" in row["alternative"]  # it would have seen d D
+    # both sizes grow the error: the constant model predicts worse than d + D either way
+    constant = claim(a, "the bound's form with d + D fits the average online error better than a constant")
+    assert constant["measured"] > 0
 
 
 def test_method_that_never_reaches_the_target_is_censored():
@@ -564,3 +578,17 @@ def test_a_verdict_within_the_machine_spread_is_inconclusive():
     judged = machine_robust(table, settings(machine_spread=0.01))  # 0.905 is within 1% of 0.9; 0.95 is not
     assert list(judged["verdict"]) == ["inconclusive", "holds"] and "cross-machine" in judged["why"].iloc[0]
     assert list(machine_robust(table, settings(machine_spread=0.0))["verdict"]) == ["holds", "holds"]
+
+
+def test_the_machine_spread_is_not_applied_to_transfer_exponents():
+    """The spread was measured on 1 - min attention: a transfer exponent's one-sided bound of 1.022
+    against 1 stays 'does not hold' (the issue's case), a pretraining quantity's edge as close flips."""
+    from groupsparse.analysis.claims import machine_robust
+    from groupsparse.analysis.rows import claim_row
+
+    rows = [
+        claim_row("exponent", "", Prediction("at_most", 1.0), 1.36, 1.022, math.inf, "", "", "sample_complexity", 5),
+        claim_row("attention", "", Prediction("greater", 0.9), 0.95, 0.905, 0.99, "", "", "final_state", 5),
+    ]
+    judged = machine_robust(pd.DataFrame(rows, columns=CLAIM_COLUMNS), settings(machine_spread=0.03))
+    assert list(judged["verdict"]) == ["does not hold", "inconclusive"]

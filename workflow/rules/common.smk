@@ -10,6 +10,7 @@ min_version("9.0")
 # The package lives in src/; make it importable at parse time even without `pip install -e`.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from groupsparse import costs  # noqa: E402  (torch-free
+from groupsparse.analysis import settings as analysis_settings
 from groupsparse.config.schema import study_schema
 from groupsparse.costs import calibrate  # torch-free: its probe runs in a subprocess
 from groupsparse.data import kinds
@@ -368,11 +369,7 @@ CONDA_ENV = "../envs/groupsparse.yaml"
 # The whole scaling.analysis and ablations.analysis sections (the schema filled their defaults) travel
 # to `groupsparse scaling` and `groupsparse predict` as one spec file, like the run specs.
 SCALING_SPEC_JSON = json.dumps(
-    {
-        "scaling": config["scaling"]["analysis"],
-        "ablations": config["ablations"]["analysis"],
-        "study_seed": config["study_seed"],
-    },
+    analysis_settings.Settings.spec(config),  # with transfer.test_size, the simulated power's test noise
     sort_keys=True,
     separators=(",", ":"),
 )

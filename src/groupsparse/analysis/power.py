@@ -9,6 +9,10 @@ draw. Power = the share of draws in which the rule does not confirm the claim (a
 hold"; equal: anything but "holds"); for a directional claim (greater, less) the share in which it
 does confirm it at the alternative (the design's chance to detect the effect the theory names).
 Below ``min_power`` a "consistent" or "holds" verdict reads "undecided (power p)".
+
+This is the plug-in (column ``power_plugin``). Where the whole pipeline is simulated
+(:mod:`.pipeline_power`: the transfer verdicts, the means over seeds) that power
+(``power_pipeline``) is the one the verdict uses.
 """
 
 from __future__ import annotations
@@ -42,13 +46,27 @@ def simulated_power(pred: Prediction, alternative: float, se: float, dof: float,
     return float(np.mean(est + two < v))
 
 
-def add_power(row: dict, pred: Prediction, name: str, alternative: float, se: float, dof: float, s: Settings) -> dict:
-    """Put the power against ``name`` (true value ``alternative``) into a claims row; a consistent or
-    holds verdict below ``s.min_power`` becomes 'undecided'."""
+def add_power(
+    row: dict,
+    pred: Prediction,
+    name: str,
+    alternative: float,
+    se: float,
+    dof: float,
+    s: Settings,
+    pipeline: float = math.nan,
+) -> dict:
+    """Put the power against ``name`` (true value ``alternative``) into a claims row: the normal plug-in
+    (``power_plugin``), the simulation of the whole pipeline where one was run (``power_pipeline``,
+    :mod:`.pipeline_power`), and in ``power`` the one the verdict uses, the pipeline's where it exists; a
+    consistent or holds verdict below ``s.min_power`` becomes 'undecided'."""
     rng = numpy_generator("verdict-power", s.study_seed, row["claim"])
-    p = simulated_power(pred, alternative, se, dof, s.power_simulations, rng)
-    row["power"], row["alternative"] = p, f"{name} (value {alternative:.3g})"
+    plugin = simulated_power(pred, alternative, se, dof, s.power_simulations, rng)
+    p = pipeline if np.isfinite(pipeline) else plugin
+    row["power"], row["power_plugin"], row["power_pipeline"] = p, plugin, pipeline
+    row["alternative"] = f"{name} (value {alternative:.3g})"
     if row["verdict"] in ("consistent", "holds") and not p >= s.min_power:
-        row["why"] = f"undecided (power {p:.2f} against {name}); " + row["why"]
+        how = "simulated pipeline" if np.isfinite(pipeline) else "plug-in"
+        row["why"] = f"undecided (power {p:.2f} against {name}, {how}); " + row["why"]
         row["verdict"] = "undecided"
     return row

@@ -61,30 +61,44 @@ class Gap:
         )
 
 
-def n_star_gap(transfer, run, downstream, method, reference, target, s: Settings, identity: tuple) -> Gap | None:
-    """The gap log(n*_reference / n*_method) > 0 when ``method`` needs fewer samples (paired bootstrap
-    over the common seeds, generator from the study seed and ``identity``). A method that never reaches the target has
-    n* > n_max, one that reaches it at the first n has n* <= n_min: the bound is used, and the side of
-    the interval it leaves unknown is set to infinity, so censoring can only widen the interval."""
+def paired_curves(transfer, run, downstream, method, reference):
+    """((grid, curves) of ``method``, (grid, curves) of ``reference``) on the seeds both have, or None."""
     pre = transfer_curves(transfer, run, downstream, method)
     base = transfer_curves(transfer, run, downstream, reference)
     common = np.intersect1d(pre[1], base[1])
     if not common.size:
         return None
     pick = lambda c: c[2][np.searchsorted(c[1], common)]  # noqa: E731
-    rng = bootstrap_generator(s.study_seed, *identity)
-    idx = np.vstack([np.arange(common.size)[None], rng.integers(0, common.size, size=(s.n_boot, common.size))])
-    lp, pre_above, pre_below = mean_curve_crossing(pre[0], pick(pre), target)(idx)
-    lb, base_above, base_below = mean_curve_crossing(base[0], pick(base), target)(idx)
+    return (pre[0], pick(pre)), (base[0], pick(base))
+
+
+def gap_of_curves(pre, base, target: float, rng, n_boot: int) -> Gap:
+    """log(n*_reference / n*_method) of seed-aligned curves ((grid, seeds x grid) each), paired bootstrap over
+    seeds. A method that never reaches the target has n* > n_max, one that reaches it at the first n has
+    n* <= n_min: the bound is used, and the side of the interval it leaves unknown is set to infinity, so
+    censoring can only widen the interval."""
+    k = pre[1].shape[0]
+    idx = np.vstack([np.arange(k)[None], rng.integers(0, k, size=(n_boot, k))])
+    lp, pre_above, pre_below = mean_curve_crossing(pre[0], pre[1], target)(idx)
+    lb, base_above, base_below = mean_curve_crossing(base[0], base[1], target)(idx)
     gap = lb - lp
-    boot = widen(gap[0], gap[1:], common.size)
-    lo, hi = t_interval(float(gap[0]), boot, common.size - 1)
+    boot = widen(gap[0], gap[1:], k)
+    lo, hi = t_interval(float(gap[0]), boot, k - 1)
     # the true gap is smaller where the method's n* or the reference's is only bounded that way
     lo = -math.inf if (pre_above | base_below).any() else lo
     hi = math.inf if (pre_below | base_above).any() else hi
-    se = float(boot.std(ddof=1))
+    se = float(boot.std(ddof=1)) if boot.size > 1 else math.nan
     flags = bool(pre_above[0]), bool(pre_below[0]), bool(base_above[0]), bool(base_below[0])
-    return Gap(float(gap[0]), lo, hi, se, int(common.size), *flags)
+    return Gap(float(gap[0]), lo, hi, se, int(k), *flags)
+
+
+def n_star_gap(transfer, run, downstream, method, reference, target, s: Settings, identity: tuple) -> Gap | None:
+    """The gap log(n*_reference / n*_method) > 0 when ``method`` needs fewer samples (:func:`gap_of_curves`,
+    generator from the study seed and ``identity``)."""
+    pair = paired_curves(transfer, run, downstream, method, reference)
+    if pair is None:
+        return None
+    return gap_of_curves(*pair, target, bootstrap_generator(s.study_seed, *identity), s.n_boot)
 
 
 def reset_pairs(methods) -> list[tuple[str, str]]:

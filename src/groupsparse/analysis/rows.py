@@ -42,7 +42,9 @@ def claim_row(
         "run": run,
         "d": (settings or {}).get("d", math.nan),
         "D": (settings or {}).get("D", math.nan),
-        "power": math.nan,  # against ``alternative``, by :mod:`.power`
+        "power": math.nan,  # against ``alternative``, by :mod:`.power`: the one the verdict uses
+        "power_plugin": math.nan,  # the normal plug-in from the measured standard error
+        "power_pipeline": math.nan,  # by simulation of the whole pipeline (:mod:`.pipeline_power`)
         "alternative": "",
     }
 

@@ -17,7 +17,8 @@ samples has average online test error (1/n) sum_i P(y f(Z; W~(i), v~(i)) <= 0)
 * Average online error of the online-SGD methods: ``log err = c + alpha log n + beta log(d + D)``
   over (grid point, n) levels, the sizes of one grid point resampled together (they share the
   pretrained seeds): measured rates, no verdict. The test that can fail, the bound's form with
-  d + D against d D as two fitted models, is :mod:`.online_form`.
+  d + D against d D and a constant as fitted models, is :mod:`.online_form`; the shape of n* worded
+  from (a, b) against the regions d + D and d D give on the grid is :mod:`.n_star_shape`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..config.seeding import numpy_generator
 from .fits import Coefficient, DesignFit, LevelStat, curve_crossing_stat, fit_design
 from .inputs import BASELINE_METHOD, downstreams, transfer_curves, with_role
+from .pipeline_power import Level, anchored, fit_curve_model, simulate_power
 from .power import add_power
 from .rows import claim_row
 from .settings import Settings
@@ -63,6 +66,7 @@ class JointRecord:
     fit: DesignFit
     points: pd.DataFrame  # per level: level, d, D, n, x (log D), y, censored, reason
     tests: list[Test] = field(default_factory=list)
+    pipeline: dict = field(default_factory=dict)  # claim -> power by simulation of the pipeline
 
     @property
     def x_name(self) -> str:  # the x of the points table (a joint fit has several)
@@ -104,7 +108,9 @@ class JointRecord:
             for t in self.tests
         ]
 
-    def claims(self, s: Settings) -> list[dict]:
+    def test_rows(self) -> list[tuple[Test, dict]]:
+        """(test, claims row) of every test with a claim, power not yet added: the verdict code the
+        simulated studies of :mod:`.pipeline_power` run too."""
         f = self.fit
         config = (
             ", ".join(f"{k} = {v}" for k, v in self.group.items())
@@ -129,8 +135,16 @@ class JointRecord:
                 self.analysis,
                 int(f.seeds[f.used].sum()) if f.used.any() else 0,
             )
+            rows.append((t, row))
+        return rows
+
+    def claims(self, s: Settings) -> list[dict]:
+        rows = []
+        for t, row in self.test_rows():
             if t.alternative is not None:
-                row = add_power(row, t.prediction, *t.alternative, c.se, c.dof, s)
+                c = t.coefficient
+                pipeline = self.pipeline.get(t.claim, math.nan)
+                row = add_power(row, t.prediction, *t.alternative, c.se, c.dof, s, pipeline=pipeline)
             rows.append(row)
         return rows
 
@@ -215,6 +229,55 @@ def _n_star_tests(fit: DesignFit, method: str, target: float, downstream: str, f
     return [Test(a), Test(b), Test(total)]
 
 
+def n_star_record(points, method: str, downstream: str, target: float, form: str, s: Settings, n_boot: int, rng):
+    """The joint fit of log n* (or the bound's form) on log d and log D over ``points`` ((run, d, D, n
+    grid, seeds, accuracy curves) per grid point) with its tests."""
+    X = np.array([[1.0, math.log(d), math.log(D)] for _, d, D, *_ in points])
+    names = [f"d={d}, D={D}" for _, d, D, *_ in points]
+    stats = [curve_crossing_stat(grid, curves, target) for *_, grid, _, curves in points]
+    if form != "n*":
+        stats = [_log2_corrected(st) for st in stats]
+    seeds = [seed_ids.size for *_, seed_ids, _ in points]
+    fit = fit_design(
+        X, stats, seeds, n_boot=n_boot, rng=rng, names=names, coefficient_names=("intercept", "log d", "log D")
+    )
+    reasons = [f"not reached within n <= {p[3].max():g}" for p in points]
+    pts = _points(fit, [(p[1], p[2], math.nan) for p in points], reasons)
+    group = {"method": method, "downstream": downstream, "threshold": float(target), "form": form}
+    tests = _n_star_tests(fit, method, target, downstream, form, s)
+    y_name = "log n*" if form == "n*" else "log(n* / log^2 n*)"
+    return JointRecord("sample_complexity", f"accuracy >= {target:g}", group, y_name, fit, pts, tests)
+
+
+# the named alternatives as shapes of n* over the grid (the simulated studies draw them)
+ALTERNATIVE_SHAPES = {D_TIMES_D: lambda d, D: d * D, D_PLUS_D: lambda d, D: d + D}
+
+
+def _pipeline_power(record: JointRecord, points, s: Settings) -> dict:
+    """{claim: power} of the record's tests, by studies drawn under their alternative (:mod:`.pipeline_power`)."""
+    tests = [t for t in record.tests if t.claim and t.alternative is not None]
+    if not tests or s.pipeline_power_simulations <= 0:
+        return {}
+    g = record.group
+    target, form = g["threshold"], g["form"]
+    levels = [Level(grid, seeds.size, fit_curve_model(grid, curves, s.test_size)) for *_, grid, seeds, curves in points]
+    out = {}
+    for name in dict.fromkeys(t.alternative[0] for t in tests):
+        shape = np.array([ALTERNATIVE_SHAPES[name](d, D) for _, d, D, *_ in points], dtype=float)
+        kinds = {t.claim: t.prediction.kind for t in tests if t.alternative[0] == name}
+
+        def judge(curves, rng, name=name):
+            sim = [(p[0], p[1], p[2], p[3], np.arange(c.shape[0]), c) for p, c in zip(points, curves)]
+            rec = n_star_record(sim, g["method"], g["downstream"], target, form, s, s.pipeline_power_boot, rng)
+            return {t.claim: row["verdict"] for t, row in rec.test_rows()}
+
+        identity = ("n_star", g["downstream"], g["method"], target, form, name)
+        rng = numpy_generator("pipeline-power", s.study_seed, *identity)
+        log_n = anchored(levels, target, shape)
+        out |= simulate_power(levels, log_n, target, judge, kinds, s.pipeline_power_simulations, s.test_size, rng)
+    return out
+
+
 def n_star_fits(transfer: pd.DataFrame, s: Settings) -> list[JointRecord]:
     """Joint fits of log n* on log d and log D per downstream, method and target (see the module's doc)."""
     records = []
@@ -225,33 +288,13 @@ def n_star_fits(transfer: pd.DataFrame, s: Settings) -> list[JointRecord]:
             points = list(_grid_points(transfer, downstream, method))
             if not points:
                 continue
-            X = np.array([[1.0, math.log(d), math.log(D)] for _, d, D, *_ in points])
-            names = [f"d={d}, D={D}" for _, d, D, *_ in points]
             for target in s.accuracy_targets:
-                stats = [curve_crossing_stat(grid, curves, target) for *_, grid, _, curves in points]
-                seeds = [seed_ids.size for *_, seed_ids, _ in points]
-                forms = [("n*", stats)]
-                if uses_pretraining(method):  # the bound's own form, fitted; a verdict on s.n_star_form only
-                    forms.append(("n*/log^2 n*", [_log2_corrected(st) for st in stats]))
-                for form, level_stats in forms:
+                forms = ["n*"] + (["n*/log^2 n*"] if uses_pretraining(method) else [])  # a verdict on one only
+                for form in forms:
                     rng = bootstrap_generator(s.study_seed, "n_star_joint", downstream, method, float(target), form)
-                    fit = fit_design(
-                        X,
-                        level_stats,
-                        seeds,
-                        n_boot=s.n_boot,
-                        rng=rng,
-                        names=names,
-                        coefficient_names=("intercept", "log d", "log D"),
-                    )
-                    reasons = [f"not reached within n <= {p[3].max():g}" for p in points]
-                    pts = _points(fit, [(p[1], p[2], math.nan) for p in points], reasons)
-                    group = {"method": method, "downstream": downstream, "threshold": float(target), "form": form}
-                    tests = _n_star_tests(fit, method, target, downstream, form, s)
-                    y_name = "log n*" if form == "n*" else "log(n* / log^2 n*)"
-                    records.append(
-                        JointRecord("sample_complexity", f"accuracy >= {target:g}", group, y_name, fit, pts, tests)
-                    )
+                    record = n_star_record(points, method, downstream, float(target), form, s, s.n_boot, rng)
+                    record.pipeline = _pipeline_power(record, points, s)
+                    records.append(record)
     return records
 
 

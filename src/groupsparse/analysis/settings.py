@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ..config.schema import schema_defaults
 from ..io.files import InputError
 
 
@@ -37,13 +38,17 @@ class Settings:
     power_simulations: int
     n_star_form: str
     machine_spread: float
+    pipeline_power_simulations: int  # studies drawn per transfer verdict by .pipeline_power (0: none)
+    pipeline_power_boot: int  # bootstrap resamples inside each simulated study
+    test_size: int  # transfer.test_size: the binomial noise of the simulated accuracies
     baseline: str  # ablations.analysis
     ablation_sizes: tuple[int, ...] | None  # None: smallest, middle and largest n of the grid
     study_seed: int
 
     @classmethod
     def from_spec(cls, spec: dict, where: str = "analysis spec") -> Settings:
-        """From ``{"scaling": <scaling.analysis>, "ablations": <ablations.analysis>, "study_seed": int}``."""
+        """From ``{"scaling": <scaling.analysis>, "ablations": <ablations.analysis>, "study_seed": int,
+        "test_size": <transfer.test_size>}``."""
         try:
             a, b = spec["scaling"], spec["ablations"]
             values = {
@@ -69,6 +74,9 @@ class Settings:
                 "power_simulations": int(a["power_simulations"]),
                 "n_star_form": str(a["n_star_form"]),
                 "machine_spread": float(a["machine_spread"]),
+                "pipeline_power_simulations": int(a["pipeline_power_simulations"]),
+                "pipeline_power_boot": int(a["pipeline_power_boot"]),
+                "test_size": int(spec["test_size"]),
                 "baseline": str(b["baseline"]),
                 "ablation_sizes": None if b["sizes"] is None else tuple(int(n) for n in b["sizes"]),
                 "study_seed": int(spec["study_seed"]),
@@ -85,6 +93,8 @@ class Settings:
             "scaling": (config.get("scaling") or {}).get("analysis") or {},
             "ablations": (config.get("ablations") or {}).get("analysis") or {},
             "study_seed": config["study_seed"],
+            # transfer.test_size is not filled into configs (x-filled: false): its reader takes the schema's
+            "test_size": (config.get("transfer") or {}).get("test_size", schema_defaults("transfer")["test_size"]),
         }
 
     @classmethod

@@ -17,8 +17,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..config.seeding import numpy_generator
 from ..study.runs import is_check_variant
 from .concentration import rest_at
+from .pipeline_power import mean_power
 from .power import add_power
 from .rows import claim_row
 from .scaling_laws import MIN_ATTENTION, theorem_target
@@ -80,7 +82,10 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
         x = values[np.isfinite(values)]
         se = float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
         alt = ("the closed-form grid run's value at this step", closed)
-        rows.append(add_power(row, pred, *alt, se, x.size - 1, s))
+        rng = numpy_generator("pipeline-power", s.study_seed, row["claim"])
+        sd = float(x.std(ddof=1)) if x.size > 1 else math.nan
+        sim = mean_power(pred, closed, sd, x.size, METRIC_RANGES[MIN_ATTENTION], s.pipeline_power_simulations, rng)
+        rows.append(add_power(row, pred, *alt, se, x.size - 1, s, pipeline=sim))
         cross = np.hypot(ok["W_fp_norm"], ok["W_pf_norm"]) / np.hypot(ok["W_ff_norm"], ok["W_pp_norm"])
         described = {
             "mean attention on j*": (ok["attention_on_relevant"], METRIC_RANGES["attention_on_relevant"]),

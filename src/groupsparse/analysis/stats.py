@@ -88,15 +88,20 @@ VERDICT_RULE = (
     f"T* = O(D^3)) is tested one-sided: 'does not hold' (exceeds v over the range measured) only if the one-sided "
     f"{CONFIDENCE:.0%} lower bound (estimate - t_(dof, {CONFIDENCE}) x standard error) lies above v, else "
     f"'consistent' (not contradicted). A 'consistent' verdict, and a 'holds' on an equality or a directional "
-    f"claim with a named alternative, states its power against that alternative (simulated at the study's "
-    f"design with its measured standard error and degrees of freedom); below scaling.analysis.min_power it "
-    f"reads 'undecided (power p)'. A verdict whose interval edge lies within scaling.analysis.machine_spread "
-    f"(relative) of the predicted value could flip on another machine: inconclusive. The out-of-sample law test "
+    f"claim with a named alternative, states its power against that alternative (by simulating the whole "
+    f"pipeline at the study's design where that is done, else the normal plug-in from its measured standard "
+    f"error and degrees of freedom; both shown); below scaling.analysis.min_power it "
+    f"reads 'undecided (power p)'. A pretraining verdict whose interval edge lies within "
+    f"scaling.analysis.machine_spread (relative) of the predicted value could flip on another machine: "
+    f"inconclusive (not applied to transfer verdicts, whose spread is not measured). The out-of-sample law test "
     f"names the law whose point predictions (fitted on D <= fit_D_max) have the smallest sum of absolute log "
     f"errors over the tested D, the same criterion for every law, fixed before the data; 'no law passes' when "
     f"that law fails lack of fit on the fit levels. The batch check reads 'agrees' when the paired difference "
     f"from a run at another batch (or step size) has its interval within +-batch_tolerance (log scale), "
     f"'differs' when the interval lies outside it. "
+    f"The shape of n* over the (d, D) grid: 'holds' when the two-sided intervals of the fitted exponents (a, b) "
+    f"meet the region that the expected shape (d + D or d D, fitted by the same model on the grid's points) "
+    f"gives and not the other's, 'does not hold' when they miss it, else inconclusive. "
     f"Rates and constants the theory does not bound are 'descriptive': a measured value with its interval, "
     f"no verdict."
 )
@@ -233,6 +238,23 @@ def verdict(pred: Prediction, low: float, high: float, *, blocker: str = "") -> 
     if below:
         return "holds", f"{iv} below {v:g}"
     return ("does not hold", f"{iv} above {v:g}") if above else ("inconclusive", f"{iv} contains {v:g}")
+
+
+def region_verdict(
+    a: tuple[float, float], b: tuple[float, float], regions: dict, expected: str | None, *, blocker: str = ""
+) -> tuple[str, dict[str, bool]]:
+    """(verdict, {region: met}) of "the fitted (a, b) lies in the ``expected`` region": a region
+    (a_low, a_high, b_low, b_high) is met when both intervals overlap its ranges; holds when the
+    expected region is met and no other, does not hold when it is not met, else inconclusive."""
+    meets = {
+        name: bool(a[0] <= ahi and alo <= a[1] and b[0] <= bhi and blo <= b[1])
+        for name, (alo, ahi, blo, bhi) in regions.items()
+    }
+    if blocker or expected is None or not all(np.isfinite([*a, *b])):
+        return "inconclusive", meets
+    if not meets[expected]:
+        return "does not hold", meets
+    return ("holds" if not any(m for name, m in meets.items() if name != expected) else "inconclusive"), meets
 
 
 # -- n*: threshold crossings (censoring-aware) --------------------------------------------

@@ -94,6 +94,12 @@ ROWS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("sample sizes of the scaling grid's transfer", ("scaling.transfer.sizes",), None),
     ("accuracy targets of n*", ("scaling.analysis.accuracy_targets",), None),
     ("the one target every method's transfer verdict is quoted at", ("scaling.analysis.verdict_target",), None),
+    (
+        "power by simulation of the pipeline: studies per verdict, bootstrap resamples in each (0: plug-in only)",
+        ("scaling.analysis.pipeline_power_simulations", "scaling.analysis.pipeline_power_boot"),
+        None,
+    ),
+    ("cross-machine spread guard (pretraining verdicts only)", ("scaling.analysis.machine_spread",), None),
 )
 
 

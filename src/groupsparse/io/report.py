@@ -194,7 +194,8 @@ def claims_section(tables: Path) -> str:
     if not path.exists():
         return ""
     c = io.read_parquet(path)
-    cols = [k for k in ("claim", "prediction", "measured", "low", "high", "verdict", "power", "alternative") if k in c]
+    shown = ("claim", "prediction", "measured", "low", "high", "verdict", "power", "power_plugin", "power_pipeline")
+    cols = [k for k in (*shown, "alternative") if k in c]  # the plug-in beside the simulated pipeline
     rows = [[str(r[k]) if isinstance(r[k], str) else r[k] for k in cols] for _, r in c.iterrows()]
     return _table(cols, rows)
 
