@@ -37,9 +37,9 @@ def section(studies: dict[str, Tables], root: Path) -> str:
         "this section from them. A verdict is the claims table's, with its power against the named alternative "
         'where the claim is "consistent" or "holds" (below 0.8 a verdict reads "undecided"). The runs: '
         f'{_machine(root)}; another CPU may change the last bits of float32 arithmetic ("Which numbers are '
-        'reproducible" below). Every table, claim and figure: [docs/results.md](docs/results.md), '
-        "[docs/theorem.md](docs/theorem.md); `groupsparse review results/<study>` gives the same questions' "
-        "answers for a finished run."
+        'reproducible" below). Every table, claim and figure: '
+        + ", ".join(f"[{s.tables}.md]({s.tables}.md)" for s in SHIPPED)
+        + "; `groupsparse review results/<study>` gives the same questions' answers for a finished run."
     )
     parts = [START, wrapped(intro)] + [wrapped(q.finding(studies)) for q in QUESTIONS] + [END]
     return "\n\n".join(parts)

@@ -2,15 +2,17 @@
 
 Read from the theorem config's stability runs (configs/theorem.yaml, `scaling.stability`; claims
 of the analysis `stability_by_D`): per variant and D, does the run reach the theorem's level, and
-what does it learn instead.
+what does it learn instead; then the population study's plain batch gradient descent at a stable
+step size (configs/population.yaml, `scaling.stability`) against the same kind of level.
 """
 
 from __future__ import annotations
 
-from .tables import Sources, Tables, interval, listing, num, span, steps
+from .tables import FindingsError, Sources, Tables, interval, listing, num, span, steps
 
 TITLE = "What does ordinary training do at large D?"
 STUDY = "theorem"
+POPULATION = "population"
 LEVEL = " training reaches the theorem's level: min attention >= 1 - exp("
 
 
@@ -86,7 +88,43 @@ def finding(studies: dict[str, Tables]) -> str:
             f"({span(losses, 3, ' to ')}): the model solves the task through position terms instead of "
             "attending to j*. The theorem's solution is reachable at large D only with the exact symmetry."
         )
-    return text + f" {s.cite()[:-1]}, `scaling.stability`)"
+    text += f" {s.cite()[:-1]}, `scaling.stability`)"
+    stable = _at_stable_step(studies)
+    return text + (f"\n{stable}" if stable else "")
+
+
+def _at_stable_step(studies: dict[str, Tables]) -> str:
+    """The population study's plain batch gradient descent (no projection) at eta(D) = min(eta, limit / D)
+    against the same level: ordinary training at a step size below the stability edge."""
+    if POPULATION not in studies:
+        return ""
+    s = Sources(studies[POPULATION])
+    grid, stab = s.config["scaling"], s.config["scaling"].get("stability") or {}
+    c = min(grid["analysis"]["target_c"])
+    parts = []
+    for name, spec in (stab.get("variants") or {}).items():
+        Ds = list(spec.get("D_grid") or grid["D_grid"])
+        try:
+            upto, failed = _reach(s, name, c, Ds)
+        except FindingsError:
+            continue  # a variant without these claims (a D it did not run)
+        batch = (spec.get("pretrain") or {}).get("batch")
+        where = "at every D" if not failed else (f"up to D = {upto}" if upto is not None else "at no D")
+        parts.append(
+            f"batch-{batch} gradient descent reaches it {where} of D = {listing(Ds)}"
+            + (f" (not at D = {listing(failed)})" if failed else "")
+        )
+    if not parts:
+        return ""
+    pre = grid["pretrain"]
+    return (
+        f"- *At a stable step size* (`{studies[POPULATION].config_file}`: plain batch gradient descent from the zero "
+        f"start, closed-form gradient, no projection, eta(D) = min({pre['eta']:g}, {pre['eta_D_limit']:g}/D), flow "
+        f"time {stab.get('flow_time_per_D3', grid['flow_time_per_D3']):g} D^3, {stab.get('seeds')} seeds, d = "
+        f"{stab.get('d')}), against min attention >= 1 - exp(-{c:g} D) at the last step: "
+        + "; ".join(parts)
+        + f". {s.cite()}"
+    )
 
 
 def summary(t: Tables) -> list[str]:
