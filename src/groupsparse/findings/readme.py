@@ -38,7 +38,7 @@ def section(studies: dict[str, Tables], root: Path) -> str:
         'where the claim is "consistent" or "holds" (below 0.8 a verdict reads "undecided"). The runs: '
         f'{_machine(root)}; another CPU may change the last bits of float32 arithmetic ("Which numbers are '
         'reproducible" below). Every table, claim and figure: '
-        + ", ".join(f"[{s.tables}.md]({s.tables}.md)" for s in SHIPPED)
+        + ", ".join(f"[{s.page}.md]({s.page}.md)" for s in SHIPPED)
         + "; `groupsparse review results/<study>` gives the same questions' answers for a finished run."
     )
     parts = [START, wrapped(intro)] + [wrapped(q.finding(studies)) for q in QUESTIONS] + [END]
