@@ -181,7 +181,9 @@ def summary(t: Tables) -> list[str]:
     tests = t.claims(LAW_TEST)
     for _, r in tests.iterrows():
         head = str(r["claim"]).removeprefix(LAW_TEST).split(":", 1)[0].split(" (")[0]
-        lines += fold(f"law test, {head}, kappa {_kappa(str(r['claim']))}: ", [f"{r['verdict']} ({r['why']})"])
+        lines += fold(
+            f"law test, {head}, kappa {_kappa(str(r['claim']))}: ", f"{r['verdict']} ({r['why']})".split(" "), sep=" "
+        )
     kappa = t.claims("min attention reaches 1 - exp(")
     for _, r in kappa.iterrows():
         text = str(r["claim"])
