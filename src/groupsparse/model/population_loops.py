@@ -11,7 +11,7 @@ sums of dL/dA itself (in C's coordinates: P drops out). So the loops here are th
 ``symmetric_loops.loss_and_rows`` (the same softmax, exponential and dL/dA, a block of samples gathered
 at a time) without its products with X ([Ws; v1] X, the gradient rows T^T = X^T dL/dA and sum T X^T:
 2 d D^2 + 4 d^2 D FLOPs a sample) but with K (2 d D^2) and three sums over dL/dA accumulated by query
-(no horizontal sum a row): about 0.8x the loops' time (benchmarks/README.md). Nothing with P runs in a
+(no horizontal sum a row; its time beside the loops' is not yet measured). Nothing with P runs in a
 step: the four D x D products of the general route (``population.build`` and ``population.project``)
 and the building of W and v are skipped; W and v are built only when a recording or a resume state
 reads them (``training.descent.Parameters``).
