@@ -7,6 +7,8 @@ invariant subspace); the result is a CSV, one row per recorded step.
 
 from __future__ import annotations
 
+STUDY_SEED = 20250411  # the shipped studies' root seed (config.yaml, configs/population.yaml)
+
 COLUMNS = {  # CSV column <- trajectory column
     "step": "step",
     "flow_time": "flow_time",
@@ -38,7 +40,7 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, required=True, help="gradient steps")
     p.add_argument("--batch", type=int, default=512, help="samples per step, drawn with their mirror images (even)")
     p.add_argument("--seed", type=int, default=0, help="repetition: its own task (j*, v*) and data stream")
-    p.add_argument("--study-seed", type=int, default=20250411, help="root of the hashed seeds (the studies' own)")
+    p.add_argument("--study-seed", type=int, default=STUDY_SEED, help="root of the hashed seeds (the studies' own)")
     p.add_argument("--eval-size", type=int, default=2048, help="evaluation samples (even)")
     p.add_argument("--record-every", type=int, default=None, help="steps between records (default steps / 256)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")

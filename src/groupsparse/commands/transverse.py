@@ -9,7 +9,7 @@ run's end) the Hessian of a fixed Monte Carlo sample is restricted to each secto
 
 from __future__ import annotations
 
-STUDY_SEED = 20250411  # the studies' root seed (configs/population.yaml)
+from .population import STUDY_SEED
 
 
 def register(sub) -> None:

@@ -111,22 +111,18 @@ def _at_stable_step(studies: dict[str, Tables], level_c: float) -> tuple[str, bo
         return "", False
     s = Sources(studies[POPULATION])
     grid, stab = s.config["scaling"], s.config["scaling"].get("stability") or {}
-    c = min(grid["analysis"]["target_c"])
-    all_reach = True
-    if level_c in grid["analysis"]["target_c"]:
-        c = level_c  # the level the theorem study's runs are judged at, where this study has it
-    parts = []
+    # the theorem study's level where this study has claims at it, else its own smallest c (its stability
+    # claims are made there)
+    claims = s.table("claims")["claim"].astype(str)
+    has_level = claims.str.contains(f"{LEVEL}-{level_c:g} D)", regex=False).any()
+    c = level_c if has_level else min(grid["analysis"]["target_c"])
+    all_reach, parts = True, []
     for name, spec in (stab.get("variants") or {}).items():
         Ds = list(spec.get("D_grid") or grid["D_grid"])
-        for level in dict.fromkeys([c, min(grid["analysis"]["target_c"])]):
-            try:
-                upto, failed = _reach(s, name, level, Ds)
-                c = level
-                break
-            except FindingsError:
-                continue  # no claims at this level: the study's smallest c
-        else:
-            continue
+        try:
+            upto, failed = _reach(s, name, c, Ds)
+        except FindingsError:
+            continue  # a variant without these claims
         batch = (spec.get("pretrain") or {}).get("batch")
         all_reach = all_reach and not failed
         where = "at every D" if not failed else (f"up to D = {upto}" if upto is not None else "at no D")
