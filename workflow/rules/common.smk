@@ -367,9 +367,10 @@ CONDA_ENV = "../envs/groupsparse.yaml"
 
 
 # The whole scaling.analysis and ablations.analysis sections (the schema filled their defaults) travel
-# to `groupsparse scaling` and `groupsparse predict` as one spec file, like the run specs.
+# to `groupsparse scaling` and `groupsparse predict` as one spec file, like the run specs, with
+# transfer.test_size (the simulated power's test noise).
 SCALING_SPEC_JSON = json.dumps(
-    analysis_settings.Settings.spec(config),  # with transfer.test_size, the simulated power's test noise
+    analysis_settings.Settings.spec(config),
     sort_keys=True,
     separators=(",", ":"),
 )
