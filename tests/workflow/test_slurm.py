@@ -41,7 +41,7 @@ from slurm_cluster import (  # noqa: F401  (slurm_cluster is the fixture)
     slurm_cluster,
 )
 
-pytestmark = [pytest.mark.slurm, OPT_IN]
+pytestmark = [pytest.mark.slurm, OPT_IN, pytest.mark.xdist_group("slurm")]  # one cluster, one worker
 
 TINY = Path("configs") / "tiny.yaml"
 SLURM_PROFILE = Path("workflow") / "profiles" / "slurm"

@@ -260,7 +260,9 @@ def _stability_runs(config: dict, scaling: dict) -> dict[str, Run]:
             name = f"stab_{vname}_d{d}_D{D}"
             pre = deep_merge(scaling.get("pretrain") or {}, variant.get("pretrain"))
             pre |= {"seeds": stability["seeds"], "seeds_per_job": stability["seeds"]}
-            if stability.get("flow_time_per_D3"):
+            if variant.get("steps_per_D3"):  # the variant's own length (adam: its step size is no flow time)
+                steps = math.ceil(float(variant["steps_per_D3"]) * D**3)
+            elif stability.get("flow_time_per_D3"):
                 steps = math.ceil(float(stability["flow_time_per_D3"]) * D**3 / _step_size(config, pre, D))
             else:
                 steps = math.ceil(float(stability["steps_per_D3"]) * D**3)
