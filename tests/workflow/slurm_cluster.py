@@ -15,6 +15,7 @@ and fails instead when the ``CI`` environment variable is set. Nothing here runs
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ from pathlib import Path
 import pytest
 
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
+MACHINE_LOCK = Path(tempfile.gettempdir()) / "groupsparse-slurm-cluster.lock"
 
 
 def in_ci() -> bool:
@@ -144,6 +146,7 @@ class SlurmCluster:
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     _backup: Path | None = None
     _wrote_conf: bool = False
+    _machine_lock: object = None  # the open lock file while this cluster holds the machine
 
     @property
     def munge_socket(self) -> Path:
@@ -159,6 +162,10 @@ class SlurmCluster:
     # -- start -------------------------------------------------------------------------------
 
     def start(self) -> SlurmCluster:
+        # One cluster at a time on a machine: a second pytest-xdist worker waits here for the first's
+        # cluster to stop, instead of finding its slurmctld running (the lock goes with the process).
+        self._machine_lock = open(MACHINE_LOCK, "w")  # noqa: SIM115  (held until stop())
+        fcntl.flock(self._machine_lock, fcntl.LOCK_EX)
         reason = unavailable_reason()
         if reason:
             raise SlurmUnavailable(reason)
@@ -363,6 +370,9 @@ class SlurmCluster:
         if self._backup is not None and self._backup.exists():
             os.replace(self._backup, SLURM_CONF)
             self._backup = None
+        if self._machine_lock is not None:
+            self._machine_lock.close()  # releases the flock
+            self._machine_lock = None
 
     @staticmethod
     def _stop_process(name: str, proc: subprocess.Popen, grace_s: float = 15) -> None:

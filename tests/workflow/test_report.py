@@ -69,7 +69,12 @@ def report_study() -> dict:
     s["transfer"] |= {"sizes": [8, 32, 128], "methods": ["pretrained_finetune", "logreg"], "test_size": 300}
     s["transfer"]["method_groups"] = {"scaling": ["pretrained_finetune", "logreg"]}
     s["transfer"]["selection"] = "fixed"
-    s["analysis"] |= {"methods": ["pretrained_finetune", "logreg"], "n_boot": 200, "accuracy_targets": [0.8]}
+    s["analysis"] |= {
+        "methods": ["pretrained_finetune", "logreg"],
+        "n_boot": 200,
+        "accuracy_targets": [0.8],
+        "verdict_target": 0.8,
+    }
     a = cfg["ablations"]
     a["pretrain"] = dict(SMALL_PRETRAIN)
     a["variants"] = {k: a["variants"][k] for k in ("added_positions", "iid_batches")}
