@@ -224,6 +224,12 @@ def test_the_population_and_batch_figure_draws_every_run_of_a_D(tmp_path):
     assert {p.name for p in paths} >= {"population_and_batch.png", "out_of_sample.png"}
     single = theorem_figures.population_and_batch_figure(traj[traj["batch"] == 512], s)  # one run: says so
     assert "no D with more than one run" in " ".join(t.get_text() for ax in single.axes for t in ax.texts)
+    # no population run: the title does not promise one; two d at one D: each curve says its d
+    assert not fig._suptitle.get_text().startswith("Population")
+    other = traj.assign(d=traj["d"] + 1, run=traj["run"] + "_other_d")
+    two = theorem_figures.population_and_batch_figure(pd.concat([traj, other], ignore_index=True), s)
+    labels = [line.get_label() for ax in two.axes for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert len(labels) == 6 and len(set(labels)) == 6 and all(lab.startswith("d = ") for lab in labels), labels
 
 
 def stability_runs(rate_early, rate_late, seeds=3):

@@ -114,9 +114,17 @@ def population_and_batch_figure(traj: pd.DataFrame, s):
     if not Ds:
         return empty_figure("population and batch", "no D with more than one run (batch check or stability runs)")
     curves = _curves(traj)
+    several_d = traj["d"].nunique() > 1 if "d" in traj.columns else False
+
+    def label(d, var, alg, b) -> str:
+        # the variant's name only where it says more than the batch (batch_check's "batch1024" does not)
+        named = f" ({var})" if var and var != f"batch{int(b)}" else ""
+        return (f"d = {int(d)}: " if several_d else "") + f"{alg} GD{named}, batch {int(b)}"
+
+    firsts = traj.assign(d=traj["d"] if "d" in traj.columns else 0).groupby("run")
     label_of = {
-        run: f"{alg} GD" + (f" ({var})" if var else "") + f", batch {int(b)}"
-        for run, var, alg, b in traj.groupby("run")[["variant", "algorithm", "batch"]].first().itertuples()
+        run: label(d, var, alg, b)
+        for run, d, var, alg, b in firsts[["d", "variant", "algorithm", "batch"]].first().itertuples()
     }
     labels = sorted(set(label_of.values()))
     colors = {lab: plt.get_cmap("tab10")(i % 10) for i, lab in enumerate(labels)}
@@ -135,10 +143,12 @@ def population_and_batch_figure(traj: pd.DataFrame, s):
         ax.set_title(f"D = {D}", fontsize=8)
         ax.legend(fontsize=6)
         ax.grid(alpha=0.3)
-    fig.suptitle(
-        "Population gradient descent (projected onto its invariant subspace) and batch gradient descent on the same "
-        "tasks: geometric mean over seeds; dotted: the kappas of the law test"
+    what = (
+        "Population gradient descent (projected onto its invariant subspace) and batch gradient descent"
+        if (traj["algorithm"] == "population").any()
+        else "Batch gradient descent at the grid's batch and the batch check's"
     )
+    fig.suptitle(f"{what} on the same tasks: geometric mean over seeds; dotted: the kappas of the law test")
     return fig
 
 

@@ -9,6 +9,7 @@ time, the batch and step-size checks, and plain batch gradient descent beside it
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from .tables import Sources, Tables, fold, interval, listing, num
 
@@ -189,5 +190,6 @@ def summary(t: Tables) -> list[str]:
         text = str(r["claim"])
         c = text.split("exp(-", 1)[1].split(" D)", 1)[0]
         value = num(r["measured"], 2) if r["verdict"] != "inconclusive" else "inconclusive"
-        lines.append(f"kappa (flow time) to reach 1 - exp(-{c} D): {value}")
+        at_d = f" (d = {int(r['d'])})" if "d" in r and pd.notna(r["d"]) and kappa["d"].nunique() > 1 else ""
+        lines.append(f"kappa (flow time) to reach 1 - exp(-{c} D){at_d}: {value}")
     return lines
