@@ -146,7 +146,7 @@ def population_and_batch_figure(traj: pd.DataFrame, s):
     what = (
         "Population gradient descent (projected onto its invariant subspace) and batch gradient descent"
         if (traj["algorithm"] == "population").any()
-        else "Batch gradient descent at the grid's batch and the batch check's"
+        else "Every scaling run at a D (the grid's, its batch check's, its stability variants')"
     )
     fig.suptitle(f"{what} on the same tasks: geometric mean over seeds; dotted: the kappas of the law test")
     return fig
