@@ -109,22 +109,22 @@ def population_and_batch_figure(traj: pd.DataFrame, s):
         return empty_figure("population and batch", "no scaling runs with flow times")
     traj = theorem_quantity(traj, s)
     algo = traj["algorithm"] if "algorithm" in traj.columns else pd.Series("batch", traj.index)
-    traj = traj.assign(variant=traj["variant"].fillna("").astype(str), algorithm=algo)
+    d = traj["d"] if "d" in traj.columns else pd.Series(0, traj.index)
+    traj = traj.assign(variant=traj["variant"].fillna("").astype(str), algorithm=algo, d=d)
     Ds = sorted(D for D, g in traj.groupby("D") if g["run"].nunique() > 1)
     if not Ds:
         return empty_figure("population and batch", "no D with more than one run (batch check or stability runs)")
     curves = _curves(traj)
-    several_d = traj["d"].nunique() > 1 if "d" in traj.columns else False
+    several_d = traj["d"].nunique() > 1
 
     def label(d, var, alg, b) -> str:
         # the variant's name only where it says more than the batch (batch_check's "batch1024" does not)
         named = f" ({var})" if var and var != f"batch{int(b)}" else ""
         return (f"d = {int(d)}: " if several_d else "") + f"{alg} GD{named}, batch {int(b)}"
 
-    firsts = traj.assign(d=traj["d"] if "d" in traj.columns else 0).groupby("run")
     label_of = {
         run: label(d, var, alg, b)
-        for run, d, var, alg, b in firsts[["d", "variant", "algorithm", "batch"]].first().itertuples()
+        for run, d, var, alg, b in traj.groupby("run")[["d", "variant", "algorithm", "batch"]].first().itertuples()
     }
     labels = sorted(set(label_of.values()))
     colors = {lab: plt.get_cmap("tab10")(i % 10) for i, lab in enumerate(labels)}

@@ -9,7 +9,6 @@ time, the batch and step-size checks, and plain batch gradient descent beside it
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from .tables import Sources, Tables, fold, interval, listing, num
 
@@ -186,10 +185,11 @@ def summary(t: Tables) -> list[str]:
             f"law test, {head}, kappa {_kappa(str(r['claim']))}: ", f"{r['verdict']} ({r['why']})".split(" "), sep=" "
         )
     kappa = t.claims("min attention reaches 1 - exp(")
+    several_d = "d" in kappa.columns and kappa["d"].nunique() > 1
     for _, r in kappa.iterrows():
         text = str(r["claim"])
         c = text.split("exp(-", 1)[1].split(" D)", 1)[0]
         value = num(r["measured"], 2) if r["verdict"] != "inconclusive" else "inconclusive"
-        at_d = f" (d = {int(r['d'])})" if "d" in r and pd.notna(r["d"]) and kappa["d"].nunique() > 1 else ""
+        at_d = f" (d = {int(r['d'])})" if several_d else ""
         lines.append(f"kappa (flow time) to reach 1 - exp(-{c} D){at_d}: {value}")
     return lines

@@ -49,11 +49,18 @@ def _cell(r) -> str:
     return f"{interval(r, 2)}: {r['verdict']}, {power(r)}"
 
 
+def _pretraining(pre: dict, s: Sources) -> str:
+    """Which algorithm made the pretrained model the transfer numbers start from, at which step size."""
+    pre = s.config["pretrain"] | pre
+    return f"pretrained by batch-{pre['batch']} gradient descent from the zero start at eta = {float(pre['eta']):g}"
+
+
 def _grid(s: Sources) -> str:
     grid = s.config["scaling"]
     tr = grid["transfer"]
     return (
-        f"d = {listing(grid['d_grid'])} x D = {listing(grid['transfer_D_grid'])}, {grid['pretrain']['seeds']} "
+        f"d = {listing(grid['d_grid'])} x D = {listing(grid['transfer_D_grid'])}, {_pretraining(grid['pretrain'], s)}, "
+        f"{grid['pretrain']['seeds']} "
         f"seeds, n = {listing(tr['sizes'])}, every method tuned by the same rule (`transfer.selection: "
         f"{tr.get('selection') or s.config['transfer']['selection']}`)"
     )
@@ -92,9 +99,9 @@ def _online(t: Tables) -> str:
         text = f"against {label}, d + D fits better for {len(better)} of the {len(against)} online-SGD methods"
         if better:
             text += f" (power {span([float(r['power']) for r in better], 2)})"
-        undecided = [r for r in against if r["verdict"] == "inconclusive"]
-        if undecided:
-            text += f", inconclusive for {len(undecided)} (power {span([float(r['power']) for r in undecided], 2)})"
+        for verdict in sorted({r["verdict"] for r in against} - {"holds"}):
+            rest = [float(r["power"]) for r in against if r["verdict"] == verdict]
+            text += f", {verdict} for {len(rest)} (power {span(rest, 2)})"
         parts.append(text)
     return (
         "- *The theorem's own quantity*, the average online error, fitted in the bound's form with free "
@@ -114,7 +121,8 @@ def _base(t: Tables) -> str:
     never = [f"`{r['method']}`" for _, r in order.iterrows() if not math.isfinite(float(r["n_needed"]))]
     largest = max(s.config["tasks"][run].get("transfer", {}).get("sizes") or s.config["transfer"]["sizes"])
     text = (
-        f"- *On the base task* (d = {task['d']}, D = {task['D']}) the samples for {target:.0%} test accuracy "
+        f"- *On the base task* (d = {task['d']}, D = {task['D']}, "
+        f"{_pretraining(s.config['tasks'][run].get('pretrain') or {}, s)}) the samples for {target:.0%} test accuracy "
         f"[95% interval] are: {', '.join(reached)}"
         + (f"; not reached by n = {largest}: {', '.join(never)}" if never else "")
         + "."
