@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from groupsparse import costs  # noqa: E402
 from groupsparse.commands.estimate import load_study  # noqa: E402
-from groupsparse.costs.calibrate import ESTIMATE_FILE, study_seconds  # noqa: E402
+from groupsparse.costs.calibrate import ESTIMATE_FILE, job_predictions, rescaled, study_seconds  # noqa: E402
 from groupsparse.study.preflight import study_name  # noqa: E402
 
 LOADED = (
@@ -56,14 +56,19 @@ def table(configfile: str, results: Path, runs: str = ".*") -> pd.DataFrame:
     return df
 
 
-def start_estimate(results: Path, wall_seconds: float | None = None) -> dict | None:
+def start_estimate(results: Path, wall_seconds: float | None = None, recompute: tuple | None = None) -> dict | None:
     """The start-of-run estimate (estimate.json) against the recorded jobs: {"kinds": DataFrame per kind of
-    job, "predicted_s", "recorded_s", "cores", "calibrated_at", "first_start"}; None without an estimate."""
+    job, "predicted_s", "recorded_s", "cores", "calibrated_at", "first_start"}; None without an estimate.
+    ``recompute`` = (config, runs): the jobs' predictions made anew by the current cost model from the
+    run's calibration (its measured probe seconds)."""
     try:
         estimate = json.loads((results / ESTIMATE_FILE).read_text())
         predicted = estimate["jobs"]
     except (OSError, ValueError, KeyError):
         return None
+    if recompute is not None:
+        config, runs = recompute
+        predicted = job_predictions(runs, config, rescaled(estimate["calibration"]))
     rows = []
     for job, seconds in predicted.items():
         tsv = results / "benchmarks" / f"{job}.tsv"
@@ -91,6 +96,7 @@ def start_estimate(results: Path, wall_seconds: float | None = None) -> dict | N
         "of": len(predicted),
         "written_at": estimate.get("written"),
         "first_start": float(jobs["start"].min()),
+        "recomputed": recompute is not None,
     }
 
 
@@ -99,8 +105,11 @@ def start_estimate_text(check: dict) -> str:
 
     kinds = check["kinds"].to_string(index=False, float_format=lambda x: f"{x:.2f}")
     ratio = check["predicted_s"] / check["recorded_s"]
+    which = (
+        "recomputed by the current cost model from the run's calibration" if check.get("recomputed") else "as printed"
+    )
     lines = [
-        f"start-of-run estimate against the run: {check['jobs']} of its {check['of']} jobs recorded",
+        f"start-of-run estimate ({which}) against the run: {check['jobs']} of its {check['of']} jobs recorded",
         kinds,
         f"\nstudy on {check['cores']} cores: estimated {duration(check['predicted_s'])}, recorded "
         f"{duration(check['recorded_s'])} ({check['measured_by']}): estimate / recorded = {ratio:.2f}",
@@ -121,10 +130,13 @@ def main(argv=None) -> int:
     ap.add_argument("--results", default=None, help="its results folder (default: results/<study name>)")
     ap.add_argument("--runs", default=".*", help="a regular expression the pretraining run names must match")
     ap.add_argument("--wall-seconds", type=float, default=None, help="the run's wall time, if measured")
+    ap.add_argument(
+        "--recompute", action="store_true", help="predict the jobs again with the current cost model (same probe times)"
+    )
     args = ap.parse_args(argv)
-    config, _ = load_study(args.configfile)
+    config, planned = load_study(args.configfile)
     results = Path(args.results or f"results/{study_name(config, [args.configfile])}")
-    check = start_estimate(results, args.wall_seconds)
+    check = start_estimate(results, args.wall_seconds, (config, planned) if args.recompute else None)
     df = table(args.configfile, results, args.runs)
     if check is None and df.empty:
         print(f"estimate_vs_recorded: no estimate.json and no benchmarked run matching {args.runs!r} under {results}/",

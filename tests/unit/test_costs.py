@@ -155,6 +155,76 @@ def test_cv_multiplies_the_fits():
     assert {f.n_train for f in cv if f.n_eval < 64} >= {64 - 21, 2}
 
 
+def test_only_the_final_fit_scores_online_iterates():
+    """The runner gives an ``OnlineEval`` to the final fit of an online-SGD method only (its CV fits score
+    none): the cost model counts the online evaluation once per (n, method), not once per CV fit."""
+    t = {"test_size": 100, "selection": "cv", "cv_folds": 3}
+    from groupsparse.costs.work import transfer_settings
+
+    spec = transfer_settings(t)
+    fits = costs.transfer_fits(t, ["pretrained_finetune"], [64])
+    online = min(64, spec.online_points) * spec.online_eval_size
+    final = [f for f in fits if f.n_train == 64]
+    cv = [f for f in fits if f.n_train < 64]
+    assert len(final) == len(spec.downstream) and cv
+    assert all(f.n_eval == 64 + 100 + online for f in final)
+    assert all(f.n_eval == 64 // 3 for f in cv)
+
+
+def runs_of_tiny_transfer(methods, sizes):
+    """A two-seed, 40-step pretraining on d = D = 4, then a CV transfer job of ``methods`` at ``sizes``."""
+    import tempfile
+
+    from groupsparse.config.specs import RunSpec
+    from groupsparse.io import files as io
+    from groupsparse.training.pretrain import Trainer, checkpoint_payload
+    from groupsparse.transfer.runner import run_transfer
+    from groupsparse.transfer.spec import TransferSpec
+
+    spec = RunSpec.from_dict(
+        {
+            "study_seed": 3,
+            "task_name": "t",
+            "task": {"d": 4, "D": 4},
+            "pretrain": {"steps": 40, "batch": 64, "eval_size": 64},
+        }
+    )
+    result = Trainer(spec, [0, 1]).run()
+    tspec = TransferSpec.from_dict({"test_size": 200, "selection": "cv", "cv_folds": 2})
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = Path(tmp) / "c.safetensors"
+        io.save_checkpoint(checkpoint, *checkpoint_payload(spec, result, [0, 1]))
+        return run_transfer(spec, tspec, checkpoint, methods, sizes)
+
+
+def test_the_runner_scores_online_iterates_in_the_final_fit_only(monkeypatch):
+    """What the cost model assumes of the runner: of every fit call of an online method in a CV job, only
+    the final one per (downstream, n) receives an OnlineEval."""
+    from groupsparse.transfer import runner
+
+    calls = []
+    real = runner.method_info
+
+    def spy(name):
+        info = real(name)
+
+        class Wrapped:
+            def __getattr__(self, key):
+                return getattr(info, key)
+
+            def fit(self, *args, **kwargs):
+                online = args[7] if len(args) > 7 else kwargs.get("online")
+                calls.append(online is not None)
+                return info.fit(*args, **kwargs)
+
+        return Wrapped()
+
+    monkeypatch.setattr(runner, "method_info", spy)
+    runs_of_tiny_transfer(["pretrained_finetune"], [16, 32])
+    assert calls.count(True) == 2 * 2  # two downstream tasks x two sizes
+    assert calls.count(False) > 0  # the CV fits
+
+
 def test_a_huge_D_is_refused_naming_the_key():
     config = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
     config["tasks"]["base"]["task"]["D"] = 100000

@@ -53,7 +53,6 @@ def measure(threads: int = 1) -> dict:
     from ..training.pretrain import Trainer, checkpoint_payload
     from ..transfer.runner import run_transfer
     from ..transfer.spec import TransferSpec
-    from .model import coefficients, pretrain_cost, transfer_cost
 
     io.provenance("calibration")  # every job writes provenance: git commit and status, package versions
     ready = time.time()  # a job's process is this far once python, its libraries and provenance are done
@@ -67,8 +66,6 @@ def measure(threads: int = 1) -> dict:
         result = Trainer(spec, [0]).run()
         times.append(time.perf_counter() - t0)
     pretrain_s = statistics.median(times)
-    c = coefficients()
-    predicted_pretrain = pretrain_cost(spec.to_dict(), 1, "cpu", threads).cpu_s - c["pretrain"]["c0_s"]
 
     tspec = TransferSpec.from_dict(TRANSFER_PROBE)
     with tempfile.TemporaryDirectory(prefix="groupsparse-calibrate.") as tmp:
@@ -81,10 +78,7 @@ def measure(threads: int = 1) -> dict:
             run_transfer(spec, tspec, checkpoint, TRANSFER_METHODS, TRANSFER_SIZES)
             times.append(time.perf_counter() - t0)
         transfer_s = statistics.median(times)
-    predicted_transfer = (
-        transfer_cost(spec.to_dict(), TRANSFER_PROBE, TRANSFER_METHODS, TRANSFER_SIZES, 1, "cpu", threads).cpu_s
-        - c["transfer_job"]["j0_s"]
-    )
+    predicted_pretrain, predicted_transfer = probe_predictions(threads)
     return {
         "host": socket.gethostname(),
         "threads": threads,
@@ -96,6 +90,31 @@ def measure(threads: int = 1) -> dict:
         "transfer_measured_s": transfer_s,
         "transfer_predicted_s": predicted_transfer,
         "transfer_scale": transfer_s / max(predicted_transfer, 1e-6),
+    }
+
+
+def probe_predictions(threads: int = 1) -> tuple[float, float]:
+    """The cost model's seconds for the two probes' timed work (its fixed parts c0, j0 left out): the
+    denominators of the scale factors. Torch-free, so a finished run's estimate can be recomputed with
+    the current model from the probe seconds its calibration measured (``rescaled``)."""
+    from ..config.specs import RunSpec
+    from .model import coefficients, pretrain_cost, transfer_cost
+
+    c = coefficients()
+    spec = RunSpec.from_dict(PRETRAIN_PROBE).to_dict()
+    pretrain = pretrain_cost(spec, 1, "cpu", threads).cpu_s - c["pretrain"]["c0_s"]
+    transfer = transfer_cost(spec, TRANSFER_PROBE, TRANSFER_METHODS, TRANSFER_SIZES, 1, "cpu", threads).cpu_s
+    return pretrain, transfer - c["transfer_job"]["j0_s"]
+
+
+def rescaled(cal: dict) -> dict:
+    """A calibration's measured probe seconds divided by the current cost model's predictions for them."""
+    pretrain, transfer = probe_predictions(cal["threads"])
+    return cal | {
+        "pretrain_predicted_s": pretrain,
+        "pretrain_scale": cal["pretrain_measured_s"] / max(pretrain, 1e-6),
+        "transfer_predicted_s": transfer,
+        "transfer_scale": cal["transfer_measured_s"] / max(transfer, 1e-6),
     }
 
 

@@ -163,8 +163,9 @@ def fit_work(method: str, n: int, n_eval: int, seeds: int, d: int, D: int, m: in
 def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], online: bool = True) -> list[Fit]:
     """Every fit a transfer job performs, per downstream task: one final fit per (n, method), plus,
     under ``selection: cv``, grid points x fitted folds on the training part of each split (the
-    transfer spec's own folds(n): k folds below cv_large_n, one holdout split from it on). An
-    online-SGD fit also scores its iterates on online_eval_size test samples (counted as evaluation;
+    transfer spec's own folds(n): k folds below cv_large_n, one holdout split from it on). The final
+    fit of an online-SGD method also scores its iterates on online_eval_size test samples (counted as
+    evaluation; the CV fits score none: ``transfer.runner`` gives only the final fit an ``OnlineEval``;
     ``online=False`` for jobs measured before the online error was recorded)."""
     spec = transfer_settings(transfer)
     online = online and not transfer.get("_measured_without_online_error", False)
@@ -180,7 +181,7 @@ def transfer_fits(transfer: dict, methods: Iterable[str], sizes: Iterable[int], 
                 if spec.selection == "cv" and k >= 2:
                     points = math.prod(len(v) for v in spec.method_grid(method).values())
                     val = n // k
-                    fits += [Fit(method, n - val, val + online_n)] * (points * fitted)
+                    fits += [Fit(method, n - val, val)] * (points * fitted)
                 fits.append(Fit(method, n, n + test + online_n))
     return fits
 
