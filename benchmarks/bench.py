@@ -112,6 +112,18 @@ def measure_ceilings(torch, table, args, n: int, when: str) -> dict[str, float]:
             out[dt],
             note="torch.mm, best of repeats: " + ", ".join(f"{k}^2 {r:.1f}" for k, r in zip(sizes, rates)),
         )
+    import loop_ceiling  # beside this script
+
+    for D, rate in loop_ceiling.rates(repeats=args.repeats + 2).items():
+        table.add(
+            "ceiling",
+            f"numba four-row multiply-add, float32, rows of {D} floats in L1 ({when})",
+            rate,
+            "GFLOP/s",
+            rate,
+            out["float32"],
+            note="the float32 loops' access pattern (loop_ceiling.py); % of the GEMM ceiling beside it",
+        )
     return out
 
 

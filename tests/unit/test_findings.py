@@ -304,3 +304,46 @@ def test_the_transfer_answer_states_the_protocol_verdict_where_the_tables_have_i
     text = " ".join(transfer.finding(committed(root)).split())
     assert "v reset to 0, log(n*_kept / n*_reset) at 90%: 3.10 [2.20, 4.00]: holds, power 0.97" in text, text
     assert "reset minus kept" in text and "0.62 of the fits" in text and "not tested" not in text
+
+
+def test_the_other_cpu_paragraph_names_what_differs(tmp_path):
+    """The rerun on another CPU is compared claim by claim and n* by n*: identical tables give "the same
+    verdict on both"; a changed verdict and a changed n* are named with both tables' values."""
+    from groupsparse.findings import cpus
+    from groupsparse.findings.tables import Tables
+
+    same = tmp_path / "same"
+    shutil.copytree(REPO / "docs/results/tables", same)
+    a = Tables(REPO / "docs/results/tables", "config.yaml", "docs/results/tables")
+    claims, n = cpus.compared(a, Tables(same, "config.yaml", "same"))
+    assert len(claims) == len(a.table("claims")) and (claims["verdict_a"] == claims["verdict_b"]).all()
+    assert len(n) == len(a.table("sample_complexity"))
+
+    changed = tmp_path / "changed"
+    shutil.copytree(REPO / "docs/results/tables", changed)
+    c = pd.read_csv(changed / "claims.csv")
+    row = c.index[c["verdict"] == "holds"][0]
+    c.loc[row, "verdict"] = "does not hold"
+    c.to_csv(changed / "claims.csv", index=False)
+    s = pd.read_csv(changed / "sample_complexity.csv")
+    hit = s.index[s["reached_on_grid"].astype(bool)][0]
+    s.loc[hit, ["n_needed", "ci_low", "ci_high"]] = s.loc[hit, ["n_needed", "ci_low", "ci_high"]] * 50
+    s.to_csv(changed / "sample_complexity.csv", index=False)
+    claims, n = cpus.compared(a, Tables(changed, "config.yaml", "changed"))
+    differ = claims[claims["verdict_a"] != claims["verdict_b"]]
+    assert list(differ["claim"]) == [c.loc[row, "claim"]]
+    ratio = n["n_needed_b"] / n["n_needed_a"]
+    assert (ratio.round(6) == 50).sum() == 1
+    from groupsparse.findings.tables import Shipped
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(cpus, "SHIPPED", (Shipped("default", "config.yaml", "docs/results"),
+                                     Shipped("other", "config.yaml", "changed", same_as="default")))  # fmt: skip
+    try:
+        text = cpus.paragraph({"default": a, "other": Tables(changed, "config.yaml", "changed")})
+        plain = cpus.paragraph({"default": a, "other": Tables(same, "config.yaml", "same")})
+    finally:
+        monkey.undo()
+    assert cpus._short(c.loc[row, "claim"]) in text and "does not hold" in text
+    assert f"{s.loc[hit, 'method']} on {s.loc[hit, 'run']}" in text and "do not overlap" in text
+    assert "Every claim has the same verdict on both." in plain

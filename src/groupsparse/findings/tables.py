@@ -30,6 +30,7 @@ class Shipped:
     name: str
     config: str
     page: str
+    same_as: str | None = None  # the shipped study this one reruns on another CPU (findings.cpus)
 
     @property
     def tables(self) -> str:
