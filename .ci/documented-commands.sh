@@ -93,6 +93,9 @@ for config in configs/theorem.yaml configs/population.yaml configs/practitioners
   run groupsparse estimate --configfile "$config" > /dev/null
 done
 run groupsparse estimate --configfile config.yaml
+# The cluster overlays, merged over their base config as the README's commands merge them.
+run snakemake -n --cores all --configfile configs/population.yaml configs/cluster/population_large_D.yaml > /dev/null
+run groupsparse estimate --configfile configs/population.yaml configs/cluster/population_large_D.yaml > /dev/null
 for config in configs/*.yaml; do  # a config added without a line above fails here
   case " theorem population practitioners practitioners_small_D cifar10 paper scaling tiny " in *" $(basename "$config" .yaml) "*) ;; *)
     echo "documented-commands: $config is planned by no line of this script" >&2; exit 1 ;;

@@ -266,3 +266,22 @@ def test_estimate_command(device):
     assert out.returncode == 0, out.stderr
     assert "pretrain" in out.stdout and "CPU-hours" in out.stdout
     assert (costs.GPU_NOTE in out.stdout) == (device == "cuda")
+
+
+def test_estimate_merges_several_config_files_as_snakemake_does():
+    """`groupsparse estimate --configfile base overlay`: the overlay's keys replace the base's, dict by dict
+    (configs/cluster/population_large_D.yaml adds D = 64 ... 128 to configs/population.yaml)."""
+    from groupsparse.commands.estimate import load_study
+
+    base, base_runs = load_study(str(REPO / "configs/population.yaml"))
+    merged, runs = load_study([REPO / "configs/population.yaml", REPO / "configs/cluster/population_large_D.yaml"])
+    assert merged["study_name"] == "population_large_D" and merged["pretrain"] == base["pretrain"]
+    assert "scale_d10_D128" in runs and "scale_d10_D128" not in base_runs
+    assert set(base_runs) <= set(runs)
+    out = subprocess.run(
+        [sys.executable, "-m", "groupsparse.cli", "estimate", "--brief", "--configfile",
+         "configs/population.yaml", "configs/cluster/population_large_D.yaml"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "configs/population.yaml + configs/cluster/population_large_D.yaml: 40 runs" in out.stdout

@@ -15,28 +15,39 @@ from pathlib import Path
 
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="estimate the time and memory of a planned study (no job is run)")
-    p.add_argument("--configfile", default="config.yaml", help="study config (default: config.yaml)")
+    p.add_argument(
+        "--configfile",
+        nargs="+",
+        default=["config.yaml"],
+        help="study config (default: config.yaml); several are merged in order, as snakemake merges them",
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
     p.add_argument("--brief", action="store_true", help="only the totals per rule, not one line per (rule, run)")
     p.set_defaults(func=run)
 
 
-def load_study(path: str) -> tuple[dict, dict]:
+def load_study(paths) -> tuple[dict, dict]:
     """(config with the schema's defaults, runs): the Snakefile's own parse-time check
-    (study.preflight.check_study), so the two never disagree on a setting or a default."""
+    (study.preflight.check_study), so the two never disagree on a setting or a default. ``paths``: one
+    config file or several, merged in order as snakemake merges its --configfile arguments (dicts key by
+    key, anything else replaced)."""
     import yaml
 
     from ..config.schema import study_schema
     from ..config.specs import ConfigError
     from ..study import preflight
+    from ..study.runs import deep_merge
 
-    problem = preflight.config_file_problem(path)
-    if problem:
-        raise ConfigError(f"--configfile: {problem}")
-    config = yaml.safe_load(Path(path).read_text())
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    config: dict = {}
+    for path in paths:
+        problem = preflight.config_file_problem(path)
+        if problem:
+            raise ConfigError(f"--configfile: {problem}")
+        config = deep_merge(config, yaml.safe_load(Path(path).read_text()))
     try:
-        name = preflight.study_name(config, [path])
-        runs = preflight.check_study(config, study_schema(), config_files=[path], results=f"results/{name}")
+        name = preflight.study_name(config, paths)
+        runs = preflight.check_study(config, study_schema(), config_files=paths, results=f"results/{name}")
     except preflight.StudyRefused as exc:
         raise ConfigError(str(exc)) from None
     return config, runs
@@ -53,7 +64,7 @@ def run(args) -> int:
     gpu = device == "cuda"
     dev_col = "GPU-h*" if gpu else "wall-h"
     print(
-        f"study {args.configfile}: {len(runs)} runs, device {device}; times are predictions of "
+        f"study {' + '.join(args.configfile)}: {len(runs)} runs, device {device}; times are predictions of "
         f"groupsparse.costs (fitted to benchmarks/costs/*.tsv), requests add the margins "
         f"({costs.TIME_MARGIN}x one-thread CPU time, {costs.GPU_TIME_MARGIN}x a GPU estimate, "
         f"+ {costs.TIME_FLOOR_MIN} min; "
