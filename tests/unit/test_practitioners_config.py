@@ -1,5 +1,7 @@
 """configs/practitioners.yaml (ordinary training over D) plans what its comments promise: every variant
-at every D, gradient descent to flow time 4 D^3 at its own step size, Adam for a fixed number of steps."""
+at its levels of D (the eta(D) ones from D = 16 on), gradient descent to flow time 4 D^3 at its own step
+size, Adam for a fixed number of steps; and its 2-core slice, merged over it, plans exactly the runs whose
+tables are committed."""
 
 from __future__ import annotations
 
@@ -22,14 +24,15 @@ def planned(tmp_path) -> dict[str, dict]:
     return {name: json.loads(run.spec_json) for name, run in runs.items() if name.startswith("stab_")}
 
 
-def test_every_variant_runs_at_every_D_to_its_length(tmp_path):
+def test_every_variant_runs_at_its_D_to_its_length(tmp_path):
     config = yaml.safe_load(CONFIG.read_text())
     stability = config["scaling"]["stability"]
     specs = planned(tmp_path)
-    Ds = config["scaling"]["D_grid"]
-    assert len(specs) == len(stability["variants"]) * len(Ds)
+    levels = {v: variant.get("D_grid", config["scaling"]["D_grid"]) for v, variant in stability["variants"].items()}
+    assert len(specs) == sum(map(len, levels.values()))
+    assert all(levels[v] == [16, 24, 32] for v in levels if v.endswith("_etaD"))
     for vname, variant in stability["variants"].items():
-        for D in Ds:
+        for D in levels[vname]:
             pre = specs[f"stab_{vname}_d10_D{D}"]["pretrain"]
             limit = variant["pretrain"].get("eta_D_limit")
             assert pre["eta"] == variant["pretrain"].get("eta", 0.5) and pre.get("eta_D_limit") == limit
@@ -41,8 +44,24 @@ def test_every_variant_runs_at_every_D_to_its_length(tmp_path):
             assert pre["gradient"] == "autograd"
 
 
-def test_the_step_sizes_differ_only_past_D_12(tmp_path):
+def test_the_eta_D_variants_run_only_where_the_step_sizes_differ(tmp_path):
+    """eta(D) = min(0.5, 6 / D) is 0.5 up to D = 12: an eta(D) run there would repeat the eta = 0.5 one."""
     specs = planned(tmp_path)
     for D in (8, 12, 16, 24, 32):
-        a, b = specs[f"stab_zero_eta05_d10_D{D}"]["pretrain"], specs[f"stab_zero_etaD_d10_D{D}"]["pretrain"]
-        assert (a["steps"] == b["steps"]) == (D <= 12)
+        a = specs[f"stab_zero_eta05_d10_D{D}"]["pretrain"]
+        assert (f"stab_zero_etaD_d10_D{D}" in specs) == (D > 12)
+        if D > 12:
+            assert specs[f"stab_zero_etaD_d10_D{D}"]["pretrain"]["steps"] > a["steps"]
+
+
+def test_the_slice_merged_over_it_plans_the_committed_runs():
+    """configs/slices/practitioners_small_D.yaml over configs/practitioners.yaml: the runs of the committed
+    tables (docs/practitioners_small_D/tables/config.yaml, the config that made them), spec for spec."""
+    from groupsparse.commands.estimate import load_study
+
+    made = REPO / "docs/practitioners_small_D/tables/config.yaml"
+    _, before = load_study(str(made))
+    config, now = load_study([CONFIG, REPO / "configs/slices/practitioners_small_D.yaml"])
+    assert config["study_name"] == "practitioners_small_D"
+    assert sorted(now) == sorted(before)
+    assert {k: now[k].spec for k in now} == {k: before[k].spec for k in before}
