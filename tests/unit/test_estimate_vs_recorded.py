@@ -65,3 +65,32 @@ def test_the_start_estimate_is_set_against_the_recorded_jobs_and_the_run_time(tm
         estimate_vs_recorded.start_estimate(results)
     )
     assert estimate_vs_recorded.start_estimate(tmp_path) is None
+
+
+def test_recompute_predicts_the_jobs_again_from_the_runs_calibration(tmp_path, monkeypatch):
+    """--recompute: the current cost model's predictions from the probe seconds the run measured, i.e.
+    calibrate.job_predictions on calibrate.rescaled(calibration); the printed ones are left aside."""
+    from groupsparse.costs import calibrate
+
+    monkeypatch.chdir(REPO)
+    config, runs = load_study("configs/tiny.yaml")
+    cal = {"host": "h", "threads": 1, "time": 0.0, "startup_s": 2.0, "pretrain_measured_s": 1.0,
+           "transfer_measured_s": 0.5, "pretrain_scale": 9.0, "transfer_scale": 9.0}  # fmt: skip
+    results = tmp_path / "results" / "tiny"
+    (results / "benchmarks" / "pretrain" / "base").mkdir(parents=True)
+    printed = {job: 1000.0 for job in calibrate.job_predictions(runs, config, cal)}
+    (results / "estimate.json").write_text(json.dumps({"cores": 2, "threads": 1, "written": 0.0, "calibration": cal,
+                                                       "jobs": printed}))  # fmt: skip
+    (results / "benchmarks" / "pretrain" / "base" / "seeds0-1.tsv").write_text("s\tcpu_time\n10.0\t10.0\n")
+    again = calibrate.job_predictions(runs, config, calibrate.rescaled(cal))
+    check = estimate_vs_recorded.start_estimate(results, recompute=(config, runs))
+    kinds = check["kinds"].set_index("kind")
+    assert kinds.loc["pretrain", "predicted_min"] == pytest.approx(again["pretrain/base/seeds0-1"] / 60)
+    assert check["recomputed"] and "recomputed by the current cost model" in estimate_vs_recorded.start_estimate_text(
+        check
+    )
+    as_printed = estimate_vs_recorded.start_estimate(results)
+    assert as_printed["kinds"].set_index("kind").loc["pretrain", "predicted_min"] == pytest.approx(1000.0 / 60)
+    p, t = calibrate.probe_predictions(1)
+    assert calibrate.rescaled(cal)["pretrain_scale"] == pytest.approx(1.0 / p)
+    assert calibrate.rescaled(cal)["transfer_scale"] == pytest.approx(0.5 / t)

@@ -60,3 +60,22 @@ def test_transfer_legend_names_each_method_once_as_the_tables_do(tmp_path, monke
     runs.transfer_accuracy(pd.DataFrame(rows), "t", tmp_path)
     legend_texts = [t.get_text() for leg in captured["transfer_accuracy"].legends for t in leg.get_texts()]
     assert legend_texts == methods
+
+
+def test_a_study_gets_only_the_scaling_figures_it_has_data_for(tmp_path):
+    """No "no data" panels: sample complexity and online error need transfer at the scaling levels, the
+    ablations figure ablation runs; write_all draws the names it is given."""
+    from groupsparse.commands.estimate import load_study
+    from groupsparse.io.tables import SCALING_FIGURES, scaling_figures
+
+    from conftest import REPO
+
+    assert scaling_figures(load_study(str(REPO / "config.yaml"))[1]) == list(SCALING_FIGURES)
+    population = scaling_figures(load_study(str(REPO / "configs/population.yaml"))[1])
+    assert not {"sample_complexity", "online_error", "ablations"} & set(population)
+    assert {"convergence_time", "out_of_sample"} <= set(population)
+    analysis = analyse(synthetic_trajectories(3.0, D_grid=(4, 8), seeds=2), None, settings(n_boot=50))
+    written = scaling.write_all(analysis, tmp_path, ["convergence_time", "ablations"])
+    assert sorted(p.name for p in written) == sorted(
+        f"{n}.{e}" for n in ("convergence_time", "ablations") for e in ("png", "pdf")
+    )

@@ -402,7 +402,7 @@ def prediction_inputs(wildcards):
     return outputs_of("pretrain", "trajectory", jobs)
 
 
-SCALING_FIGURES = list(names.SCALING_FIGURES)
+SCALING_FIGURES = names.scaling_figures(RUNS)  # those the study has data for
 
 
 def scaling_enabled():

@@ -76,9 +76,11 @@ rule scaling:
             ["--transfer", *input.transfer] if input.transfer else []
         ),
         figures=lambda w, output: str(Path(output.figures[0]).parent),
+        figure_names=SCALING_FIGURES,
     shell:
         "groupsparse scaling --trajectories {input.trajectories:q} {params.transfer:q}"
         " --out-claims {output.claims:q} --out-fits {output.fits:q} --out-ablations {output.ablations:q}"
         " --out-points {output.points:q} --out-crossings {output.crossings:q} --out-by-D {output.by_D:q}"
         " --out-claims-csv {output.claims_csv:q} --figures {params.figures:q}"
+        " --figure-names {params.figure_names:q}"
         " --spec {input.spec:q} --predictions {input.predictions:q} > {log:q} 2>&1"

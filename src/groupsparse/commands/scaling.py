@@ -33,6 +33,12 @@ def register(sub) -> None:
     )
     p.add_argument("--figures", required=True, help="directory for the figures (PNG and PDF)")
     p.add_argument(
+        "--figure-names",
+        nargs="*",
+        default=None,
+        help="the scaling figures to draw (default: every one; the workflow names those its study has data for)",
+    )
+    p.add_argument(
         "--spec",
         required=True,
         help="analysis spec (JSON): the config's scaling.analysis and ablations.analysis, defaults filled",
@@ -113,7 +119,7 @@ def run(args) -> int:
         scaled = traj[traj["role"] == "scaling"]
         table = by_D(scaled, analysis.crossings, settings) if len(scaled) else pd.DataFrame(columns=BY_D_COLUMNS)
         io.write_text_atomic(args.out_by_D, table.to_csv(index=False, float_format="%.6g"))
-    scaling_figures.write_all(analysis, args.figures)
+    scaling_figures.write_all(analysis, args.figures, args.figure_names)
     theorem_figures.write(traj[traj["role"] == "scaling"], predictions, settings, args.figures)
     counts = analysis.claims["verdict"].value_counts().to_dict()
     print(

@@ -286,16 +286,20 @@ def ablations_figure(table: pd.DataFrame):
     return fig
 
 
-def write_all(analysis: Analysis, directory) -> list[Path]:
+def write_all(analysis: Analysis, directory, names=None) -> list[Path]:
+    """The scaling figures (``names``: those of them to draw; None: every one) as PNG and PDF."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    by = lambda name: [r for r in analysis.fits if r.analysis == name]
+    by = lambda name: [r for r in analysis.fits if r.analysis == name]  # noqa: E731
     figures = {
-        "convergence_time": convergence_figure(by("convergence_time")),
-        "convergence_thresholds": convergence_figure(by("convergence_time"), descriptive=True),
-        "attention_concentration": concentration_figure(by("attention_concentration")),
-        "sample_complexity": sample_complexity_figure([r for r in analysis.joint if r.analysis == "sample_complexity"]),
-        "online_error": online_error_figure([r for r in analysis.joint if r.analysis == "online_error"]),
-        "ablations": ablations_figure(analysis.ablations),
+        "convergence_time": lambda: convergence_figure(by("convergence_time")),
+        "convergence_thresholds": lambda: convergence_figure(by("convergence_time"), descriptive=True),
+        "attention_concentration": lambda: concentration_figure(by("attention_concentration")),
+        "sample_complexity": lambda: sample_complexity_figure(
+            [r for r in analysis.joint if r.analysis == "sample_complexity"]
+        ),
+        "online_error": lambda: online_error_figure([r for r in analysis.joint if r.analysis == "online_error"]),
+        "ablations": lambda: ablations_figure(analysis.ablations),
     }
-    return [p for name, fig in figures.items() for p in save(fig, directory, name)]
+    wanted = [n for n in figures if names is None or n in names]
+    return [p for name in wanted for p in save(figures[name](), directory, name)]

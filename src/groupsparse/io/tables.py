@@ -27,6 +27,20 @@ SCALING_FIGURES = (
     "online_error",
     "ablations",
 )
+# the scaling figures that need a section of the study: without it they would be panels saying "no data"
+FIGURES_NEED = {"sample_complexity": "transfer", "online_error": "transfer", "ablations": "ablations"}
+
+
+def scaling_figures(runs) -> list[str]:
+    """The scaling figures a study has data for (``runs``: study.runs.expand's Run objects): sample
+    complexity and online error need transfer at the scaling grid's levels, the ablations figure ablation runs."""
+    has = {
+        "transfer": any(r.role == "scaling" and r.transfer is not None for r in runs.values()),
+        "ablations": any(r.role == "ablation" for r in runs.values()),
+    }
+    return [f for f in SCALING_FIGURES if has.get(FIGURES_NEED.get(f), True)]
+
+
 PRETRAIN_TABLES = ("pretrain_trajectories", "pretrain_attention", "pretrain_summary")
 TRANSFER_TABLES = ("transfer", "summary", "sample_complexity")
 # written as .csv (beside a .parquet, or alone: theorem_by_D); the tables a snapshot commits
