@@ -230,6 +230,11 @@ def test_the_population_and_batch_figure_draws_every_run_of_a_D(tmp_path):
     two = theorem_figures.population_and_batch_figure(pd.concat([traj, other], ignore_index=True), s)
     labels = [line.get_label() for ax in two.axes for line in ax.get_lines() if not line.get_label().startswith("_")]
     assert len(labels) == 6 and len(set(labels)) == 6 and all(lab.startswith("d = ") for lab in labels), labels
+    # an Adam run has no flow time: left out of the flow-time axis, and the title says so
+    adam = traj[traj["batch"] == 512].assign(run="adam_run", optimizer="adam", variant="adam")
+    with_adam = theorem_figures.population_and_batch_figure(pd.concat([traj.assign(optimizer="gd"), adam]), s)
+    axes = [ax for ax in with_adam.axes if ax.get_visible() and ax.has_data()]
+    assert len(axes[0].get_lines()) == 3 + 1 and "Adam runs left out (1)" in with_adam._suptitle.get_text()
 
 
 def stability_runs(rate_early, rate_late, seeds=3):

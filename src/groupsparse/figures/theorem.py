@@ -107,7 +107,9 @@ def population_and_batch_figure(traj: pd.DataFrame, s):
     """Per D with more than one run: every scaling run's curve (population, batch check, plain batches)."""
     if not len(traj) or "flow_time" not in traj.columns:
         return empty_figure("population and batch", "no scaling runs with flow times")
-    traj = theorem_quantity(traj, s)
+    adaptive = traj["optimizer"].fillna("gd") != "gd" if "optimizer" in traj.columns else pd.Series(False, traj.index)
+    left_out = sorted(traj.loc[adaptive, "run"].unique())  # Adam: its step size is no flow time, its x axis none
+    traj = theorem_quantity(traj[~adaptive], s)
     algo = traj["algorithm"] if "algorithm" in traj.columns else pd.Series("batch", traj.index)
     d = traj["d"] if "d" in traj.columns else pd.Series(0, traj.index)
     traj = traj.assign(variant=traj["variant"].fillna("").astype(str), algorithm=algo, d=d)
@@ -148,7 +150,8 @@ def population_and_batch_figure(traj: pd.DataFrame, s):
         if (traj["algorithm"] == "population").any()
         else "Every scaling run at a D (the grid's, its batch check's, its stability variants')"
     )
-    fig.suptitle(f"{what} on the same tasks: geometric mean over seeds; dotted: the kappas of the law test")
+    note = f"\nAdam runs left out ({len(left_out)}): no flow time; the claims' stability rows give them" if left_out else ""
+    fig.suptitle(f"{what} on the same tasks: geometric mean over seeds; dotted: the kappas of the law test{note}")
     return fig
 
 
