@@ -150,7 +150,9 @@ def population_and_batch_figure(traj: pd.DataFrame, s):
         if (traj["algorithm"] == "population").any()
         else "Every scaling run at a D (the grid's, its batch check's, its stability variants')"
     )
-    note = f"\nAdam runs left out ({len(left_out)}): no flow time; the claims' stability rows give them" if left_out else ""
+    note = ""
+    if left_out:
+        note = f"\nAdam runs left out ({len(left_out)}): no flow time; the claims' stability rows give them"
     fig.suptitle(f"{what} on the same tasks: geometric mean over seeds; dotted: the kappas of the law test{note}")
     return fig
 
