@@ -385,3 +385,14 @@ def test_stability_rows_per_D_say_whether_training_reaches_the_solution():
     paired = next(r for r in rows if r["D"] == 4 and "minus the grid run" in r["claim"])
     assert paired["measured"] == pytest.approx(0.0, abs=1e-12)  # the same seeds and steps as the grid run
     assert len(by) == len(rows) == 2 * 6
+    # a variant at a quarter of the step size that follows the grid run in flow time: 4x the steps, the same
+    # curve against eta x steps, so the paired difference at equal flow time is 0 (it was compared at the
+    # same step, beyond the grid run's last flow time: NaN); Adam (no flow time) is paired at the same step
+    slow = good.assign(run="stab_eta025_d10_D4", variant="eta025", step=good["step"] * 4, eta=0.25)
+    adam = good.assign(run="stab_adam_d10_D4", variant="adam", optimizer="adam", eta=0.001)
+    adam = adam.assign(flow_time=adam["step"] * 0.001)
+    rows = stability_by_D(pd.concat([grid.assign(optimizer="gd"), slow.assign(optimizer="gd"), adam]), SETTINGS)
+    pair = {r["run"]: r for r in rows if "minus the grid run" in r["claim"]}
+    assert pair["stab_eta025_d10_D4"]["measured"] == pytest.approx(0.0, abs=1e-9)
+    assert "same flow time" in pair["stab_eta025_d10_D4"]["claim"] and "same step" in pair["stab_adam_d10_D4"]["claim"]
+    assert pair["stab_adam_d10_D4"]["measured"] == pytest.approx(0.0, abs=1e-9)  # the grid's curve step for step

@@ -7,7 +7,8 @@ theorem's solution at the run's last step? Rows with the main rows' intervals (t
 interval): the minimum over queries of S[j*, j] against the theorem's level 1 - exp(-c D) (the
 smallest c of the config: the least demanding target), the mean attention on j*, |v2| / |v1|, the
 cross blocks of W relative to the diagonal ones, the eval loss, and the paired difference of
-log(1 - min attention) from the grid run (same tasks and seeds) at the same step.
+log(1 - min attention) from the grid run (same tasks and seeds) at the same flow time eta x steps
+(Adam, whose step size is no flow time: at the same step).
 """
 
 from __future__ import annotations
@@ -94,13 +95,24 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
             "eval loss": (ok["eval_loss"], METRIC_RANGES["eval_loss"]),
         }
         if len(ref):
+            # paired at the same flow time eta x steps (a variant at another step size reaches it at another
+            # step); an adaptive optimizer's step size is no flow time: Adam is paired at the same step
+            adaptive = "optimizer" in g.columns and bool((g["optimizer"].fillna("gd") != "gd").any())
             diffs = []
             for seed, h in g.groupby("seed"):
+                h = h.sort_values("step").drop_duplicates("step", keep="last")
                 r = ref[ref["seed"] == seed].sort_values("step").drop_duplicates("step", keep="last")
-                a, why_a = rest_at(h.sort_values("step").drop_duplicates("step", keep="last"), MIN_ATTENTION, step)
-                b, why_b = rest_at(r, MIN_ATTENTION, step) if len(r) else (math.nan, "no grid seed")
+                tau = float(h["flow_time"].iloc[-1])
+                a, why_a = rest_at(h, MIN_ATTENTION, tau)
+                if len(r) and adaptive:
+                    last = int(h["step"].iloc[-1])
+                    tau_ref = float(np.interp(last, r["step"].to_numpy(float), r["flow_time"].to_numpy(float)))
+                    b, why_b = rest_at(r, MIN_ATTENTION, tau_ref) if last <= r["step"].max() else (math.nan, "beyond")
+                else:
+                    b, why_b = rest_at(r, MIN_ATTENTION, tau) if len(r) else (math.nan, "no grid seed")
                 diffs.append(math.log(a) - math.log(b) if not (why_a or why_b) else math.nan)
-            described["log(1 - min attention) minus the grid run's (same seed, same step)"] = (
+            pairing = "same step" if adaptive else "same flow time"
+            described[f"log(1 - min attention) minus the grid run's (same seed, {pairing})"] = (
                 pd.Series(diffs),
                 (-math.inf, math.inf),
             )
