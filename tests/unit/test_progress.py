@@ -69,3 +69,15 @@ def test_status_shows_running_failed_and_stalled_jobs_one_line_each(tmp_path, ca
 def test_status_of_a_study_that_never_started_says_so(tmp_path, capsys):
     assert cli.main(["status", str(tmp_path / "results" / "nothing")]) == 1
     assert "no job of this study has started" in capsys.readouterr().out
+
+
+def test_a_transfer_jobs_progress_counts_only_the_fits_it_performs():
+    """A method kept off the negative control (control_methods) fits on the transfer task alone: its job's
+    progress total is the sizes' sum once, not once per downstream task (it read 35% when half done)."""
+    from groupsparse.commands.transfer import fits_total
+    from groupsparse.transfer.spec import TransferSpec
+
+    spec = TransferSpec.from_dict({"control_methods": ["logreg"]})
+    assert set(spec.downstream) == {"transfer", "negative_control"}
+    assert fits_total(spec, ["std_transformer"], [8, 32]) == 40
+    assert fits_total(spec, ["logreg", "std_transformer"], [8, 32]) == 40 * 3

@@ -85,7 +85,7 @@ def run(args) -> int:
         args.checkpoint,
         args.methods,
         args.sizes,
-        progress=progress_printer(len(spec.downstream) * len(args.methods) * sum(args.sizes)),
+        progress=progress_printer(fits_total(spec, args.methods, args.sizes)),
     )
     prov = io.provenance(
         transfer_hash(run_spec, spec),
@@ -113,6 +113,12 @@ def run(args) -> int:
         flush=True,
     )
     return 0
+
+
+def fits_total(spec, methods, sizes) -> int:
+    """The sample-fits a job performs: sum(sizes) for each (downstream task, method) the method fits on
+    (a method kept off the negative control, as the control_methods leave it, does none there)."""
+    return sum(sum(sizes) for down in spec.downstream for m in methods if spec.fits_on(down, m))
 
 
 def progress_printer(total: int):
