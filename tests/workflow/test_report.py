@@ -35,11 +35,11 @@ def test_a_missing_caption_is_refused_in_one_line_naming_it(tmp_path):
     shutil.copytree(REPO / "workflow", copy_root / "workflow")
     shutil.copytree(REPO / "profiles", copy_root / "profiles")
     (copy_root / "src").symlink_to(REPO / "src")
-    (copy_root / "workflow/report/scaling_online_error.rst").unlink()
+    (copy_root / "workflow/report/scaling_convergence_time.rst").unlink()
     cmd = ["snakemake", "-s", str(copy_root / "Snakefile"), "-n", "--cores", "1", "-d", str(tmp_path / "w")]
     res = subprocess.run([*cmd, "--configfile", str(REPO / "configs/tiny.yaml")], capture_output=True, text=True)
     assert res.returncode != 0
-    lines = [line for line in (res.stdout + res.stderr).splitlines() if "scaling_online_error.rst" in line]
+    lines = [line for line in (res.stdout + res.stderr).splitlines() if "scaling_convergence_time.rst" in line]
     assert len(lines) == 1 and "does not exist" in lines[0], res.stderr[-2000:]
 
 
