@@ -15,15 +15,24 @@ from .tables import SHIPPED, Sources, Tables, n_interval, num
 SHOWN = 6  # differing verdicts listed in the README (the rest: the two claims tables side by side)
 
 
-def _cpu(t: Tables) -> str:
+def _cpu_of(t: Tables) -> dict:
     import json
 
     path = t.folder / "provenance.json"
-    cpu = (json.loads(path.read_text()).get("cpu") or {}) if path.is_file() else {}
+    return (json.loads(path.read_text()).get("cpu") or {}) if path.is_file() else {}
+
+
+def _cpu(t: Tables) -> str:
+    cpu = _cpu_of(t)
     return f"{cpu.get('model', 'an unrecorded CPU')} ({', '.join(cpu.get('isa') or []) or 'instruction set unknown'})"
 
 
-def _short(claim: str, width: int = 70) -> str:
+def _name(t: Tables) -> str:
+    """'the Intel(R) Xeon(R) Processor': the CPU's model, to say which run a number is from."""
+    return "the " + _cpu_of(t).get("model", "unrecorded CPU")
+
+
+def _short(claim: str, width: int = 90) -> str:
     return claim if len(claim) <= width else claim[: width - 3].rstrip() + "..."
 
 
@@ -35,11 +44,20 @@ def compared(a: Tables, b: Tables):
     return claims, n
 
 
-def _relative(x, y) -> float:
-    x, y = float(x), float(y)
-    if not (math.isfinite(x) and math.isfinite(y)) or max(abs(x), abs(y)) == 0:
-        return math.nan
-    return abs(x - y) / max(abs(x), abs(y))
+def _half_width(m, lo, hi) -> float:
+    """Half an interval's width; a one-sided interval's finite side; NaN without one."""
+    m, lo, hi = float(m), float(lo), float(hi)
+    if math.isfinite(lo) and math.isfinite(hi):
+        return (hi - lo) / 2
+    sides = [x for x in (m - lo, hi - m) if math.isfinite(x)]
+    return min(sides) if sides else math.nan
+
+
+def _in_widths(r) -> float:
+    """|measured here - measured there| in half-widths of the narrower of the two intervals."""
+    width = min(_half_width(r[f"measured_{k}"], r[f"low_{k}"], r[f"high_{k}"]) for k in "ab")
+    gap = abs(float(r["measured_a"]) - float(r["measured_b"]))
+    return gap / width if width > 0 and math.isfinite(gap) else math.nan
 
 
 def paragraph(studies: dict[str, Tables]) -> str:
@@ -54,28 +72,29 @@ def paragraph(studies: dict[str, Tables]) -> str:
         src_a.table("sample_complexity"), src_b.table("sample_complexity")
         claims, n = compared(a, b)
         differ = claims[claims["verdict_a"] != claims["verdict_b"]]
+        here, there = _name(a), _name(b)
         text = (
             f"**The same study on another CPU.** `{a.config_file}` ran also on {_cpu(b)} "
-            f"([{s.page}.md]({s.page}.md)), the README's runs being on {_cpu(a)}. "
+            f"([{s.page}.md]({s.page}.md)); the README's runs are on {_cpu(a)}. "
         )
         if differ.empty:
             text += "Every claim has the same verdict on both. "
         else:
             shown = [
-                f'"{_short(r["claim"])}": {r["verdict_a"]} ({num(r["measured_a"])}) here, {r["verdict_b"]} '
-                f"({num(r['measured_b'])}) there"
+                f'"{_short(r["claim"])}": {r["verdict_a"]} ({num(r["measured_a"])}) on {here}, {r["verdict_b"]} '
+                f"({num(r['measured_b'])}) on {there}"
                 for _, r in differ.head(SHOWN).iterrows()
             ]
             more = "; and more (the two claims tables side by side)" if len(differ) > SHOWN else ""
             text += "Verdicts that differ: " + "; ".join(shown) + more + ". "
-        claims = claims.assign(rel=[_relative(x, y) for x, y in zip(claims["measured_a"], claims["measured_b"])])
-        judged = claims[~claims["verdict_a"].isin(["descriptive"])].dropna(subset=["rel"])
+        claims = claims.assign(widths=[_in_widths(r) for _, r in claims.iterrows()])
+        judged = claims[~claims["verdict_a"].isin(["descriptive"])].dropna(subset=["widths"])
         if not judged.empty:
-            r = judged.loc[judged["rel"].idxmax()]
+            r = judged.loc[judged["widths"].idxmax()]
             text += (
-                f'The largest difference in a judged claim\'s measured value: "{_short(r["claim"])}", '
-                f"{num(r['measured_a'])} [{num(r['low_a'])}, {num(r['high_a'])}] here, {num(r['measured_b'])} "
-                f"[{num(r['low_b'])}, {num(r['high_b'])}] there. "
+                "The judged claim whose measured value moves most against its interval: "
+                f'"{_short(r["claim"])}", {num(r["measured_a"])} [{num(r["low_a"])}, {num(r["high_a"])}] on '
+                f"{here}, {num(r['measured_b'])} [{num(r['low_b'])}, {num(r['high_b'])}] on {there}. "
             )
         both = n[n["reached_on_grid_a"].astype(bool) & n["reached_on_grid_b"].astype(bool)]
         if not both.empty:
@@ -86,7 +105,7 @@ def paragraph(studies: dict[str, Tables]) -> str:
             text += (
                 f"The largest difference in samples needed where both reach the target: {r['method']} on "
                 f"{r['run']} ({r['downstream']}, accuracy {num(r['target_accuracy'], 2)}), n* "
-                f"{n_interval(side)} here, {n_interval(other)} there; the intervals "
+                f"{n_interval(side)} on {here}, {n_interval(other)} on {there}; the intervals "
                 f"{'overlap' if _overlap(side, other) else 'do not overlap'}. "
             )
         text += f"{src_a.cite()[:-1]}; {src_b.cite()[1:]}"
