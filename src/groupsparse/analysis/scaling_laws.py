@@ -51,6 +51,14 @@ def flow_times(g: pd.DataFrame) -> np.ndarray:
     return g[FLOW_TIME].to_numpy(float)
 
 
+def without_flow_time(traj: pd.DataFrame) -> pd.Series:
+    """Per row: trained by an adaptive optimizer (Adam), whose step size is no flow time (eta x steps
+    means nothing for it); False for gradient descent and for tables without an optimizer column."""
+    if "optimizer" not in traj.columns:
+        return pd.Series(False, traj.index)
+    return traj["optimizer"].fillna("gd") != "gd"
+
+
 def theorem_quantity(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:
     """The trajectories with population-mode runs' min over queries read from their pooled estimate
     (scaling.analysis.population_min: pooled), every other run's as recorded."""

@@ -24,7 +24,7 @@ from .concentration import rest_at
 from .pipeline_power import mean_power
 from .power import add_power
 from .rows import claim_row
-from .scaling_laws import MIN_ATTENTION, theorem_target
+from .scaling_laws import MIN_ATTENTION, theorem_target, without_flow_time
 from .settings import Settings
 from .stats import METRIC_RANGES, MIN_SEEDS, Prediction, mean_interval
 
@@ -97,7 +97,7 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
         if len(ref):
             # paired at the same flow time eta x steps (a variant at another step size reaches it at another
             # step); an adaptive optimizer's step size is no flow time: Adam is paired at the same step
-            adaptive = "optimizer" in g.columns and bool((g["optimizer"].fillna("gd") != "gd").any())
+            adaptive = bool(without_flow_time(g).any())
             diffs = []
             for seed, h in g.groupby("seed"):
                 h = h.sort_values("step").drop_duplicates("step", keep="last")

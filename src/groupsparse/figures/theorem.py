@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..analysis.laws import design
 from ..analysis.predict import GRID, rest_values
-from ..analysis.scaling_laws import MIN_ATTENTION, theorem_quantity
+from ..analysis.scaling_laws import MIN_ATTENTION, theorem_quantity, without_flow_time
 from ..analysis.stats import CONFIDENCE, mean_interval
 from . import empty_figure, panel_grid, save
 
@@ -107,7 +107,7 @@ def population_and_batch_figure(traj: pd.DataFrame, s):
     """Per D with more than one run: every scaling run's curve (population, batch check, plain batches)."""
     if not len(traj) or "flow_time" not in traj.columns:
         return empty_figure("population and batch", "no scaling runs with flow times")
-    adaptive = traj["optimizer"].fillna("gd") != "gd" if "optimizer" in traj.columns else pd.Series(False, traj.index)
+    adaptive = without_flow_time(traj)
     left_out = sorted(traj.loc[adaptive, "run"].unique())  # Adam: its step size is no flow time, its x axis none
     traj = theorem_quantity(traj[~adaptive], s)
     algo = traj["algorithm"] if "algorithm" in traj.columns else pd.Series("batch", traj.index)

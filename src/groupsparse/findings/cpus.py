@@ -10,34 +10,23 @@ from __future__ import annotations
 
 import math
 
-from .tables import SHIPPED, Sources, Tables, n_interval, num
+from .tables import SHIPPED, Sources, Tables, cpu_of, cpu_text, n_interval, num
 
 SHOWN = 6  # differing verdicts listed in the README (the rest: the two claims tables side by side)
 
 
-def _cpu_of(t: Tables) -> dict:
-    import json
-
-    path = t.folder / "provenance.json"
-    return (json.loads(path.read_text()).get("cpu") or {}) if path.is_file() else {}
-
-
-def _cpu(t: Tables) -> str:
-    cpu = _cpu_of(t)
-    return f"{cpu.get('model', 'an unrecorded CPU')} ({', '.join(cpu.get('isa') or []) or 'instruction set unknown'})"
-
-
 def _name(t: Tables) -> str:
     """'the Intel(R) Xeon(R) Processor': the CPU's model, to say which run a number is from."""
-    return "the " + _cpu_of(t).get("model", "unrecorded CPU")
+    return "the " + cpu_of(t.folder).get("model", "unrecorded CPU")
 
 
 def _short(claim: str, width: int = 90) -> str:
     return claim if len(claim) <= width else claim[: width - 3].rstrip() + "..."
 
 
-def compared(a: Tables, b: Tables):
-    """(claims joined on their text, n* joined on (run, downstream, method, target)), columns _a and _b."""
+def compared(a: Tables | Sources, b: Tables | Sources):
+    """(claims joined on their text, n* joined on (run, downstream, method, target)), columns _a and _b
+    (Sources record the tables read, for the paragraph's citation)."""
     claims = a.table("claims").merge(b.table("claims"), on="claim", suffixes=("_a", "_b"))
     keys = ["run", "downstream", "method", "target_accuracy"]
     n = a.table("sample_complexity").merge(b.table("sample_complexity"), on=keys, suffixes=("_a", "_b"))
@@ -68,14 +57,13 @@ def paragraph(studies: dict[str, Tables]) -> str:
             continue
         a, b = studies[s.same_as], studies[s.name]
         src_a, src_b = Sources(a), Sources(b)
-        src_a.table("claims"), src_b.table("claims")
-        src_a.table("sample_complexity"), src_b.table("sample_complexity")
-        claims, n = compared(a, b)
+        claims, n = compared(src_a, src_b)
         differ = claims[claims["verdict_a"] != claims["verdict_b"]]
         here, there = _name(a), _name(b)
         text = (
-            f"**The same study on another CPU.** `{a.config_file}` ran also on {_cpu(b)} "
-            f"([{s.page}.md]({s.page}.md)); the README's runs are on {_cpu(a)}. "
+            f"**The same study on another CPU.** `{a.config_file}` ran also on {cpu_text(b.folder)} "
+            f"([{s.page}.md]({s.page}.md)), every job as in the questions above (the same config, algorithms "
+            f"and step sizes); the README's runs are on {cpu_text(a.folder)}. "
         )
         if differ.empty:
             text += "Every claim has the same verdict on both. "

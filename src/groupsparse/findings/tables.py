@@ -47,6 +47,20 @@ SHIPPED = (
 )
 
 
+def cpu_of(folder) -> dict:
+    """The CPU a committed folder's run was made on (its provenance.json's "cpu"; {} when unrecorded)."""
+    import json
+
+    path = Path(folder) / "provenance.json"
+    return (json.loads(path.read_text()).get("cpu") or {}) if path.is_file() else {}
+
+
+def cpu_text(folder) -> str:
+    """'AMD EPYC (sse4_2, avx, avx2, fma)': the model and instruction set of a committed folder's run."""
+    cpu = cpu_of(folder)
+    return f"{cpu.get('model', 'an unrecorded CPU')} ({', '.join(cpu.get('isa') or []) or 'instruction set unknown'})"
+
+
 class FindingsError(InputError):
     """A table, row or claim that a finding needs is missing (one line naming it)."""
 
