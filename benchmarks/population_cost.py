@@ -4,12 +4,13 @@ Population mode (``pretrain.gradient: population``) projects each closed-form ba
 invariant subspace (``model/population.py``). Its runs come from the configs themselves
 (``study.runs.expand``): the D = 64, 96 and 128 points of configs/cluster/population_large_D.yaml, merged
 over configs/population.yaml as Snakemake merges two --configfile arguments (two replicates, kappa up to
-2 in flow time at eta(D) = min(0.5, 6 / D), batch 128, and the batch check at 4x the batch over the first
-quarter). Measured, one seed on one thread as a study job runs:
+2 in flow time at eta(D) = min(0.5, 6 / D), batch 32 from D = 64 on (scaling.batch_by_D), and the batch
+check at 4x the batch, 128, over the first quarter). Measured, one seed on one thread as a study job runs:
 
-- side by side at D = 64, interleaved: the projected step at batch 128 and at the batch check's 512,
-  and the plain batch-512 step (batch gradient descent, the theorem test's step): ms per
-  seed-step and their ratios;
+- side by side at D = 64, interleaved: the projected step at batch 32 and at the batch check's 128, as
+  ``Trainer.run`` takes them between recordings (many steps a call, ``Trainer.descend_many``) and one
+  ``Trainer.step`` at a time, and the plain batch-512 step (batch gradient descent, the theorem test's
+  step): ms per seed-step and their ratios;
 - a profile of the projected step: the draw, the kernel, the projection (``population.project``), the
   rebuilding of W and v from the coefficients (``population.build``), the descent around them, and
   what ``Trainer.run`` adds per step (its divergence checks; recordings excluded);
@@ -19,6 +20,7 @@ quarter). Measured, one seed on one thread as a study job runs:
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +32,7 @@ d = 10
 SIDE_BY_SIDE_D = 64
 LARGE_D_POINTS = (96, 128)
 HOURS_TARGET = 2.0  # the D = 64 point's projected runs, both batches, both replicates
+FUSED_BLOCK_STEPS = 400  # steps per timed block: several of Trainer.descend_many's calls at D = 64
 RUN_LOOP_STEPS = 300  # Trainer.run's steps whose time, less their recordings and steps, is the loop's own
 
 
@@ -76,7 +79,7 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
     D = SIDE_BY_SIDE_D
     eta = spec_of(grid).pretrain.step_size(D)
     # the plain step: batch gradient descent at batch 512 (the theorem test's batch), the same task
-    plain = spec_of(check, gradient="auto")
+    plain = spec_of(check, gradient="auto", batch=512)
     trainers = {
         f"projected, batch {grid.spec['pretrain']['batch']}": Trainer(spec_of(grid), [0]),
         f"projected, batch {check.spec['pretrain']['batch']}": Trainer(spec_of(check), [0]),
@@ -87,21 +90,38 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
             tr.step(active)
 
     def block(tr, n=args.steps * 4):
-        for _ in range(n):
-            tr.step(active)
+        """n steps as ``Trainer.run`` takes them between recordings: population mode on the loops in calls of
+        many (``Trainer.descend_many``), every other run one ``Trainer.step`` at a time."""
+        if not tr.fusable:
+            for _ in range(n):
+                tr.step(active)
+            return
+        done, k = 0, tr.fused_steps()
+        while done < n:
+            if tr.descend_many(min(k, n - done), [math.inf]) is None:
+                raise RuntimeError("a timed step's loss was not finite")
+            done += min(k, n - done)
 
-    ts = timed_blocks({who: (lambda t=tr: block(t)) for who, tr in trainers.items()}, max(args.repeats, 5))
-    best = {who: min(t) / (args.steps * 4) for who, t in ts.items()}
+    n_block = FUSED_BLOCK_STEPS
+    one_by_one = {f"{who}, one Trainer.step at a time": tr for who, tr in trainers.items() if tr.fusable}
+    ts = timed_blocks(
+        {who: (lambda t=tr: block(t, n_block)) for who, tr in trainers.items()}
+        | {who: (lambda t=tr: [t.step(active) for _ in range(n_block)]) for who, tr in one_by_one.items()},
+        max(args.repeats, 5),
+    )
+    best = {who: min(t) / n_block for who, t in ts.items()}
     plain_step = best["plain, batch 512"]
     for who, t in best.items():
-        tr = trainers[who]
+        tr = trainers.get(who) or one_by_one[who]
+        how = "" if who in one_by_one or not tr.fusable else f", {tr.fused_steps()} steps a call as Trainer.run"
         table.add(
             "population",
-            f"{who}, float32, d = {d}, D = {D}, 1 seed ({tr.plan.kernel}{', projected' if tr.plan.projected else ''})",
+            f"{who}, float32, d = {d}, D = {D}, 1 seed ({tr.plan.kernel}{', projected' if tr.plan.projected else ''}"
+            f"{how})",
             t * 1e3,
             "ms/seed-step",
             ratio=t / plain_step,
-            note=f"median {statistics.median(ts[who]) / (args.steps * 4) * 1e3:.3f}; eta {tr.eta:.4g}; "
+            note=f"median {statistics.median(ts[who]) / n_block * 1e3:.3f}; eta {tr.eta:.4g}; "
             "ratio = this / the plain batch-512 step (interleaved)",
         )
     _profile(torch, table, args, trainers, D, timed_blocks)
@@ -125,8 +145,10 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
         trs = {r.spec["pretrain"]["batch"]: Trainer(spec_of(r), [0]) for r in runs}
         for tr in trs.values():
             tr.step(active)
-        ts = timed_blocks({B: (lambda t=tr: block(t, args.steps)) for B, tr in trs.items()}, max(3, args.repeats // 2))
-        per_step = {B: min(t) / args.steps for B, t in ts.items()}
+        n_large = max(FUSED_BLOCK_STEPS // 4, 1)
+        blocks = {B: (lambda t=tr, n=n_large: block(t, n)) for B, tr in trs.items()}
+        ts = timed_blocks(blocks, max(3, args.repeats // 2))
+        per_step = {B: min(t) / n_large for B, t in ts.items()}
         for B, t in per_step.items():
             table.add(
                 "population",

@@ -285,3 +285,27 @@ def test_estimate_merges_several_config_files_as_snakemake_does():
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "configs/population.yaml + configs/cluster/population_large_D.yaml: 40 runs" in out.stdout
+
+
+def test_batch_by_D_sets_the_grids_batch_at_its_levels_and_names_a_wrong_one():
+    """scaling.batch_by_D: configs/cluster/population_large_D.yaml runs batch 32 from D = 64 on and its batch
+    check at 4x that, every other level the grid's 128; a level outside D_grid or given twice is refused,
+    naming the key."""
+    from groupsparse.commands.estimate import load_study
+    from groupsparse.config.errors import ConfigError
+
+    files = [REPO / "configs/population.yaml", REPO / "configs/cluster/population_large_D.yaml"]
+    merged, runs = load_study(files)
+    batch = {name: run.spec["pretrain"]["batch"] for name, run in runs.items()}
+    assert [batch[f"scale_d10_D{D}"] for D in (48, 64, 96, 128)] == [128, 32, 32, 32]
+    assert batch["scale_d10_D64_batch128"] == 128 and batch["scale_d10_D48_batch512"] == 512
+    for entries, where in (
+        ([{"D": [63], "batch": 32}], r"scaling\.batch_by_D\[0\]\.D: \[63\] not in scaling\.D_grid"),
+        ([{"D": [64], "batch": 32}, {"D": [64, 96], "batch": 16}], r"scaling\.batch_by_D\[1\]\.D: D = 64"),
+    ):
+        raw = yaml.safe_load(files[0].read_text())
+        raw["scaling"]["D_grid"] = [4, 64, 96]
+        del raw["scaling"]["batch_check"]  # the grid's own levels are checked first
+        raw["scaling"]["batch_by_D"] = entries
+        with pytest.raises(ConfigError, match=where):
+            expand(raw)

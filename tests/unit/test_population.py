@@ -270,13 +270,81 @@ class Interrupted(RuntimeError):
 
 
 class StopsAfter(Trainer):
-    """Killed (as by a job time limit) at its 25th draw."""
+    """Killed (as by a job time limit) at its 25th step's draw (one step at a time or within a fused call)."""
 
     def draw(self):
         self.drawn = getattr(self, "drawn", 0) + 1
         if self.drawn == 25:
             raise Interrupted
         return super().draw()
+
+    def descend_many(self, k, bounds):
+        self.drawn = getattr(self, "drawn", 0) + k
+        if self.drawn >= 25:
+            raise Interrupted
+        return super().descend_many(k, bounds)
+
+
+class OneByOne(Trainer):
+    """Population mode on the loops taking every step alone (no ``descend_many``)."""
+
+    fusable = False
+
+
+def test_many_steps_in_one_call_are_the_steps_one_by_one():
+    """The steps between recordings in calls of many (population_loops.descend): the same trajectory, the same
+    coefficients and W, to the last bit, as one step at a time; calls of at most a few steps, too."""
+    sp = spec(4, 24, steps=300, batch=32, dtype="float32", eta=0.5)
+    fused, alone = Trainer(sp, [0, 1]), OneByOne(sp, [0, 1])
+    assert fused.fusable and not alone.fusable
+    calls = []
+    original = fused.descend_many
+    fused.descend_many = lambda k, b: calls.append(k) or original(k, b)
+    a, b = fused.run(), alone.run()
+    assert sum(calls) > 200  # most steps (all but the recorded ones, log-spaced early) in calls of many
+    assert torch.equal(fused.coef, alone.coef)
+    for k in a.params:
+        assert torch.equal(a.params[k], b.params[k])
+    cols = [c for c in a.trajectory.columns if c != "wall_seconds"]
+    assert a.trajectory[cols].equals(b.trajectory[cols])
+    few = Trainer(sp, [0, 1])
+    few.fused_steps = lambda: 3
+    c = few.run()
+    assert torch.equal(few.coef, alone.coef) and c.trajectory[cols].equals(b.trajectory[cols])
+
+
+def test_a_call_of_many_steps_that_meets_a_divergence_leaves_it_to_the_steps_one_by_one():
+    """A step size far past the stability edge: the fused call stops at the first loss above the bound and
+    changes nothing (generators and coefficients as before); the steps one by one then record the divergence
+    at the same step, with the same trajectory."""
+    sp = spec(4, 24, steps=300, batch=32, dtype="float32", eta=2.0)
+    fused, alone = Trainer(sp, [0, 1]), OneByOne(sp, [0, 1])
+    refused = []
+    original = fused.descend_many
+    fused.descend_many = lambda k, b: (lambda r: refused.append(r is None) or r)(original(k, b))
+    a, b = fused.run(), alone.run()
+    assert "diverged" in b.status and a.status == b.status and a.diverged_step == b.diverged_step
+    assert any(refused)
+    cols = [c for c in a.trajectory.columns if c != "wall_seconds"]
+    assert a.trajectory[cols].equals(b.trajectory[cols])
+    assert torch.equal(fused.coef, alone.coef)
+
+
+@pytest.mark.parametrize("task", [{}, {"sigma_x": 2.0}, {"label_noise": 0.1}, {"D": 7}])
+def test_many_draws_at_once_are_the_draws_one_by_one(task):
+    """sample_inner_steps: the samples and the generator's end state of that many sample_inner calls (one draw
+    of every normal where torch's stream allows it; D = 7 with 13 samples a step is 455 values, not a multiple
+    of 16, and label noise draws between the steps: the calls one by one)."""
+    from groupsparse.data.synthetic import make_task
+
+    ts = RunSpec.from_dict(spec(5, 8).to_dict() | {"task": {"d": 5, "D": 8} | task}).task
+    t = make_task(ts, 7, "pop", 0)
+    n = 26 if task.get("D") == 7 else 32
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    X, y = t.sample_inner_steps(5, n, g1, antithetic=True, dtype=torch.float32)
+    Xs, ys = zip(*(t.sample_inner(n, g2, antithetic=True, dtype=torch.float32) for _ in range(5)))
+    assert torch.equal(X, torch.stack(Xs)) and torch.equal(y, torch.stack(ys))
+    assert torch.equal(g1.get_state(), g2.get_state())
 
 
 @pytest.mark.parametrize("optimizer", ["population", "population_loops", "adam"])

@@ -88,16 +88,50 @@ class GroupSparseTask:
             X = Xs.permute(2, 1, 0).contiguous()
         else:
             X = _draw_features(spec, m, gen, dtype, inner=True)
-            v = self.directions.to(dtype=dtype, device=X.device)
-            score = v[0] @ X[:, self.j_star, :]  # (m,): X[:, j, :] is a (d, m) view, no gather
-            for k in range(1, len(self.relevant)):
-                score += v[k] @ X[:, int(self.relevant[k]), :]
-            clean = torch.sign(score)
+            clean = self._clean_labels(X)
         clean[clean == 0] = 1.0
         y = clean
         if spec.label_noise > 0:
             flip = torch.rand(m, generator=gen, dtype=dtype, device=X.device) < spec.label_noise
             y = torch.where(flip, -clean, clean)
+        return X, y
+
+    def _clean_labels(self, X: torch.Tensor) -> torch.Tensor:
+        """sign(sum over relevant groups of v_k . x_k) of X (d, D, m) in the draw's layout (0 where it is 0)."""
+        v = self.directions.to(dtype=X.dtype, device=X.device)
+        score = v[0] @ X[:, self.j_star, :]  # (m,): X[:, j, :] is a (d, m) view, no gather
+        for k in range(1, len(self.relevant)):
+            score += v[k] @ X[:, int(self.relevant[k]), :]
+        return torch.sign(score)
+
+    def sample_inner_steps(
+        self, steps: int, n: int, gen: torch.Generator, *, antithetic: bool = True, dtype: torch.dtype = torch.float32
+    ):
+        """``steps`` consecutive draws of :meth:`sample_inner` stacked: X (steps, d, D, m), y (steps, m).
+
+        The samples are those of the calls one after another, and the generator ends where they leave it.
+        Where that is the same stream, one draw of all the normals (float32 Gaussian features on a CPU, no
+        label noise, a multiple of 16 values a step: torch's CPU kernel turns each 16 uniforms into 16
+        normals in order, so one long draw is the short ones end to end; ``tests/unit/test_population.py``
+        checks it); otherwise the calls one by one.
+        """
+        spec, m = self.spec, n // 2 if antithetic else n
+        one_draw = (
+            dtype == torch.float32
+            and gen.device.type == "cpu"
+            and spec.features == "gaussian"
+            and spec.label_noise == 0
+            and (spec.d * spec.D * m) % 16 == 0
+            and not (antithetic and n % 2)
+        )
+        if not one_draw:
+            Xs, ys = zip(*(self.sample_inner(n, gen, antithetic=antithetic, dtype=dtype) for _ in range(steps)))
+            return torch.stack(Xs), torch.stack(ys)
+        X = torch.randn((steps, spec.d, spec.D, m), generator=gen, dtype=dtype)
+        if spec.sigma_x != 1:
+            X.mul_(spec.sigma_x)
+        y = torch.stack([self._clean_labels(X[t]) for t in range(steps)])
+        y[y == 0] = 1.0
         return X, y
 
 

@@ -86,6 +86,12 @@ def _constant(s: Sources) -> str:
     )
 
 
+def _grid_batch(grid: dict) -> str:
+    """'batch 128' or 'batch 128 (32 at D = 64, 96)': the grid's batch, and where scaling.batch_by_D sets another."""
+    other = [f"{e['batch']} at D = {listing(e['D'])}" for e in grid.get("batch_by_D") or []]
+    return f"batch {grid['pretrain']['batch']}" + (f" ({'; '.join(other)})" if other else "")
+
+
 def _check_words(entry: dict) -> str:
     """'at batch 512 (D = 4, ..., 32)' or 'at half the step size (D = 8, 12, 16)' from a batch_check entry."""
     where = f"D = {listing(entry['D'])}"
@@ -164,7 +170,7 @@ def finding(studies: dict[str, Tables]) -> str:
         answer = "Undecided: no law passes the pre-registered test (" + ", ".join(verdicts) + ")"
     config = (
         f"(`{t.config_file}`: population gradient descent, d = {listing(grid['d_grid'])}, "
-        f"D = {listing(grid['D_grid'])}, {pre['seeds']} replicates, {s.config['dtype']}, batch {pre['batch']}, "
+        f"D = {listing(grid['D_grid'])}, {pre['seeds']} replicates, {s.config['dtype']}, {_grid_batch(grid)}, "
         f"eta(D) = min({pre['eta']:g}, {pre['eta_D_limit']:g}/D), flow time up to {grid['flow_time_per_D3']:g} D^3; "
         "its page [docs/population.md](docs/population.md), figure "
         "[out of sample](docs/population/scaling_out_of_sample.png).)"

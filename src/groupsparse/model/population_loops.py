@@ -222,6 +222,26 @@ def step(X, y, coef, v_star, orbit, j_star, c, scale, CT, ppT, sums, out):
     return loss
 
 
+@njit(**JIT)
+def descend(Xs, ys, coef, v_star, orbit, j_star, c, scale, eta, bound, CT, ppT, sums, grad, losses):
+    """Gradient descent on one seed's coefficients ``coef`` (8,) float64, in place, over the batches Xs (k, d, D,
+    H), ys (k, H): per batch ``step``, then coef - eta x gradient, as ``training.descent.SubspaceDescent.step``
+    computes it (JIT: no contraction into a multiply-add). Stops before the update of the first batch whose
+    loss (rounded to float32, as the trainer reads it) is not finite or exceeds ``bound``, or whose gradient
+    is not finite; returns the number of batches descended, their losses in ``losses`` (k,)."""
+    for t in range(Xs.shape[0]):
+        loss = np.float64(np.float32(step(Xs[t], ys[t], coef, v_star, orbit, j_star, c, scale, CT, ppT, sums, grad)))
+        if not loss <= bound:  # NaN fails too
+            return t
+        for k in range(grad.shape[0]):
+            if not np.isfinite(grad[k]):
+                return t
+        losses[t] = loss
+        for k in range(coef.shape[0]):
+            coef[k] = coef[k] - eta * grad[k]
+    return Xs.shape[0]
+
+
 class LoopsStep:
     """One seed's population step on the loops: ``(coef, X, y) -> (loss, coefficients' gradient)``.
 
@@ -253,3 +273,18 @@ class LoopsStep:
                 self.c, self.scale, self.CT, self.ppT, self.sums, grad,
             )  # fmt: skip
         return torch.tensor(loss, dtype=torch.float32), torch.from_numpy(grad)
+
+    def descend(self, coef: torch.Tensor, X: torch.Tensor, y: torch.Tensor, eta: float, bound: float):
+        """Gradient descent at ``eta`` from ``coef`` (N_COEF,) float64 over k batches X (k, d, D, H), y (k, H),
+        in one call: the coefficients after the steps (a new tensor), how many steps were taken (k, or fewer
+        where a loss exceeded ``bound`` or was not finite, see ``descend``) and their losses (k,) float64."""
+        if not (X.dtype == torch.float32 and X.device.type == "cpu"):
+            raise ValueError(f"the symmetric loops run float32 on a CPU, got {X.dtype} on {X.device}")
+        out = coef.detach().to(torch.float64).clone().numpy()
+        losses, grad = np.full(X.shape[0], np.nan), np.empty(8)
+        with denormals_flushed():
+            done = descend(
+                X.contiguous().numpy(), y.contiguous().numpy(), out, self.v_star, self.orbit, self.j_star, self.c,
+                self.scale, float(eta), float(bound), self.CT, self.ppT, self.sums, grad, losses,
+            )  # fmt: skip
+        return torch.from_numpy(out), int(done), torch.from_numpy(losses)

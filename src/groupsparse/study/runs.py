@@ -150,6 +150,9 @@ def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:
     ceil(flow_time_per_D3 * D^3 / eta(D)), where that is more, so the steps (or the flow times) kappa D^3
     of the concentration test are reached at every D; records_per_run sets the recording interval."""
     pre = copy.deepcopy(scaling.get("pretrain") or {})
+    for entry in scaling.get("batch_by_D") or []:  # the grid's batch at these levels (the check's 4x it)
+        if D in entry["D"]:
+            pre["batch"] = int(entry["batch"])
     steps = int(pre.get("steps", config["pretrain"]["steps"]))  # the schema filled the study's
     per, flow = float(scaling.get("steps_per_D3") or 0), float(scaling.get("flow_time_per_D3") or 0)
     if per > 0:
@@ -195,6 +198,14 @@ def _grid_runs(config: dict, scaling: dict) -> dict[str, Run]:
     """The scaling grid (section 6.3): scale_d<d>_D<D>, with transfer at the levels of transfer_D_grid."""
     base = scaling.get("task", {})
     _outside_grid(scaling.get("transfer_D_grid", []), scaling, "scaling.transfer_D_grid")
+    seen: dict[int, int] = {}
+    for i, entry in enumerate(scaling.get("batch_by_D") or []):
+        _outside_grid(entry["D"], scaling, f"scaling.batch_by_D[{i}].D")
+        for D in entry["D"]:
+            if D in seen:
+                where = f"scaling.batch_by_D[{i}].D"
+                raise ConfigError(f"{where}: D = {D} already has a batch in scaling.batch_by_D[{seen[D]}]")
+            seen[D] = i
     runs = {}
     for d in scaling.get("d_grid", [base.get("d", TaskSpec.d)]):
         for D in scaling["D_grid"]:

@@ -127,6 +127,17 @@ class SubspaceDescent(GradientDescent):
         """With ``steps``: the loss and the coefficients' gradient of ``seed`` on its batch X, y."""
         return self.steps[seed](self.coef[seed], X, y)
 
+    def descend_batches(self, seed: int, X: torch.Tensor, y: torch.Tensor, bound: float) -> tuple:
+        """With ``steps``: gradient descent of ``seed`` over k batches X (k, d, D, H), y (k, H) in one call
+        (``population_loops.LoopsStep.descend``): its coefficients after them, the steps taken (fewer than k
+        where a loss exceeded ``bound`` or a value was not finite) and their losses. Changes nothing here."""
+        return self.steps[seed].descend(self.coef[seed], X, y, self.eta, bound)
+
+    def set_coefficients(self, per_seed: list[torch.Tensor]) -> None:
+        """Every seed's coefficients after ``descend_batches``; W and v are built when next read."""
+        self.coef = torch.stack(per_seed).to(self.coef.device, torch.float64)
+        self.stale.update(range(len(self.tasks)))
+
     def current(self, params: dict) -> dict:
         """``params`` with W and v of every stale seed built from its coefficients."""
         if not self.stale:
