@@ -10,7 +10,6 @@ invariant subspace) is ``descent.py``'s.
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from ..model.device import TORCH_DTYPES as DTYPES
 from ..model.device import torch_device
 from ..model.transformer import embed, forward, init_params, logistic_loss, sine_positions, token_width
 from . import descent
+from .many_steps import ManySteps
 from .recording import Recording, attention_steps, record_steps  # noqa: F401 (re-exported)
 
 # A seed has diverged when its training loss is not finite, or exceeds this many times its loss at
@@ -37,9 +37,6 @@ DIVERGE_FACTOR = 10.0
 # ... for this many consecutive steps: a single spike (heavy-tailed or image batches, one bad step of
 # an oscillation that recovers) is not a divergence; a blow-up stays above the bound step after step.
 DIVERGE_PATIENCE = 5
-# Population mode on the loops descends the steps between two recordings in calls of at most this many
-# bytes of drawn samples (``Trainer.descend_many``): a few hundred steps at D = 64, batch 32.
-FUSED_DRAW_BYTES = 4 << 20
 # A resume state at least this often (wall time), besides every ``resume_every`` steps: a killed D = 64 run
 # (seconds per step with 5 seeds) loses at most this much work whatever resume_every says.
 RESUME_SECONDS = 120.0
@@ -69,7 +66,7 @@ class PretrainResult:
     wall_seconds: float = 0.0
 
 
-class Trainer(Recording):
+class Trainer(Recording, ManySteps):
     """Holds the batched state; ``run`` performs gradient descent with recording and resume."""
 
     params = descent.Parameters()  # per seed; population mode on the loops builds W and v when they are read
@@ -248,41 +245,6 @@ class Trainer(Recording):
         """One step for the seeds still ``active`` (S,) bool; the others stay frozen."""
         self._params = self.descent.step(self._params, grads, active)
 
-    @property
-    def fusable(self) -> bool:
-        """Whether :meth:`descend_many` can take steps: population mode on the loops (no W in a step), on
-        tasks that draw many batches at once (``sample_inner_steps``)."""
-        draws_many = all(hasattr(t, "sample_inner_steps") for t in self.tasks)
-        return self.plan.from_coefficients and self.inner_draws and draws_many
-
-    def fused_steps(self) -> int:
-        """How many steps one :meth:`descend_many` call takes at most (FUSED_DRAW_BYTES of samples)."""
-        ts, p = self.spec.task, self.spec.pretrain
-        per_step = ts.d * ts.D * (p.batch // 2 if self.antithetic else p.batch) * torch.finfo(self.draw_dtype).bits // 8
-        return max(1, FUSED_DRAW_BYTES // per_step)
-
-    def descend_many(self, k: int, bounds: list[float]) -> list[float] | None:
-        """k steps of every seed (all active), each as :meth:`run` takes a step that records nothing, with the
-        same numbers, in one call a seed (``population_loops.descend``: no Python between the steps): the
-        last step's losses. None, and nothing changed (the generators put back), where a seed's loss
-        exceeded its bound (``bounds``) or a value was not finite: :meth:`run` then takes the steps one by one."""
-        p = self.spec.pretrain
-        states = [g.get_state() for g in self.train_gens]
-
-        def one(s):
-            X, y = self.tasks[s].sample_inner_steps(
-                k, p.batch, self.train_gens[s], antithetic=self.antithetic, dtype=self.draw_dtype
-            )
-            return self.descent.descend_batches(s, X.to(self.dtype), y.to(self.dtype), bounds[s])
-
-        out = self.workers.map(one, len(self.seeds))
-        if any(done < k for _, done, _ in out):
-            for g, state in zip(self.train_gens, states):
-                g.set_state(state)
-            return None
-        self.descent.set_coefficients([coef for coef, _, _ in out])
-        return [float(losses[-1]) for _, _, losses in out]
-
     # -- resume ---------------------------------------------------------------------
     def _save_resume(self, step, rows, att_rows, status, diverged_step, last_finite, initial_loss, above):
         if not self.resume_path:
@@ -368,13 +330,9 @@ class Trainer(Recording):
             above = state.get("steps_above_bound", above)
         resumed_from = start
         saved = time.perf_counter()  # wall time of the last resume state (or the start)
-        # the steps at which more happens than a step (a recording, a resume state, the end): population mode
-        # on the loops takes the plain steps between two of them in calls of many (``descend_many``)
-        events = sorted(rec | att | {p.steps}) if self.fusable else []
-        fuse_at_most = self.fused_steps() if self.fusable else 0
+        events = sorted(rec | att | {p.steps}) if self.fusable else []  # where take_many stops
         step = start - 1
-        while step < p.steps:
-            step += 1
+        while (step := step + 1) <= p.steps:
             if (
                 self.resume_path
                 and start < step < p.steps
@@ -407,17 +365,9 @@ class Trainer(Recording):
             self.descend(grads, active)
             if progress:  # the callback throttles its own output
                 progress(step, loss)
-            if events and all(x == "ok" for x in status):
-                nxt = events[bisect.bisect_right(events, step)]
-                if self.resume_path:  # the next resume state by count
-                    nxt = min(nxt, (step // self.resume_every + 1) * self.resume_every)
-                k = min(nxt - step - 1, fuse_at_most)
-                last = self.descend_many(k, bound) if k > 0 else None
-                if last is not None:  # steps step + 1 ... step + k taken: every loss within its bound
-                    step += k
-                    last_finite, above = last, [0] * n
-                    if progress:
-                        progress(step, torch.tensor(last))
+            taken, last = self.take_many(step, events, status, bound, progress)
+            if taken:  # steps step + 1 ... step + taken in calls of many, every loss within its bound
+                step, last_finite, above = step + taken, last, [0] * n
         self.workers.close()
         if self.resume_path and self.resume_path.exists():
             self.resume_path.unlink()
