@@ -146,7 +146,11 @@ def test_tiny_study_end_to_end(tmp_path):
         "60",
         "--allow-dirty",  # a test's tree may be dirty; the refusal itself is tested in tests/unit/test_cli_errors.py
     ]
+    stale = tmp_path / "docs" / "results" / "scaling_no_longer_made.png"  # an earlier snapshot's figure
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"png")
     assert subprocess.run(snap, capture_output=True, text=True, timeout=120).returncode == 0
+    assert not stale.exists()
     first = results_md.read_text()
     assert "| pretrained_finetune |" in first and "](results/base_transfer_accuracy.png)" in first
     assert (tmp_path / "docs" / "results" / "base_transfer_accuracy.png").is_file()

@@ -300,6 +300,10 @@ def write_snapshot(results: Path, docs: Path, out: Path, wall_seconds: float | N
         dst = docs / f"{sub}_{name}.png"
         shutil.copyfile(results / "figures" / sub / f"{name}.png", dst)
         figs.append((sub, name, dst))
+    # the folder's figures are this snapshot's own: one an earlier snapshot wrote and this study no longer
+    # makes (a figure of a section now disabled) would stay beside the page, linked from nowhere
+    for stale in set(docs.glob("*.png")) - {dst for *_, dst in figs}:
+        stale.unlink()
     parts = [
         f"# Results of the study in {results}",
         "",
