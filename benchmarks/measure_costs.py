@@ -40,6 +40,7 @@ from groupsparse.study.runs import expand  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "costs"
 WORK = Path(os.environ.get("COSTS_WORK", "/tmp/groupsparse-costs"))
+POPULATION = {"gradient": "population", "eta": 0.5, "eta_D_limit": 6}
 SIZES_4096 = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 GROUPS = {
     "paper_model": ["pretrained_finetune", "pretrained_frozen_W", "scratch_transformer"],
@@ -65,6 +66,7 @@ def P(
     sampling="antithetic",
     model=None,
     kind="synthetic",
+    pretrain=None,
 ):
     task = (
         {"d": d, "D": D}
@@ -93,6 +95,7 @@ def P(
             "eval_size": eval_size,
             "record_every": record_every,
             "sampling": sampling,
+            **(pretrain or {}),
         },
     }
 
@@ -130,6 +133,12 @@ POINTS = [
     P("p_add_d10_D10_s3", 10, 10, 3, 300, 512, 2048, model={"positions": "add"}),
     P("p_2layers_d10_D10_s3", 10, 10, 3, 300, 512, 2048, model={"layers": 2}),
     P("p_digits_s5", 16, 8, 5, 300, 1024, 4096, sampling="iid", kind="images"),
+    # population mode from D = 24 on (configs/population.yaml, configs/cluster/population_large_D.yaml): the
+    # step from the subspace's coefficients (population_loops), at the configs' batches and step-size rule
+    P("p_pop_d10_D24_s1", 10, 24, 1, 300000, 128, 8192, record_every=50000, pretrain=POPULATION),
+    P("p_pop_d10_D48_s1", 10, 48, 1, 100000, 128, 8192, record_every=20000, pretrain=POPULATION),
+    P("p_pop_d10_D64_s1", 10, 64, 1, 200000, 32, 8192, record_every=40000, pretrain=POPULATION),
+    P("p_pop_d10_D128_s1", 10, 128, 1, 40000, 32, 8192, record_every=10000, pretrain=POPULATION),
     # transfer jobs: the default study's three groups (5 seeds, n up to 4096, 10000 test samples),
     # the scaling grid's largest point (d = 40, D = 64), a tiny job and a cross-validated one
     T("t_d10_D10_paper_model", "p_d10_D10_s5", "paper_model", SIZES_4096, 10000),

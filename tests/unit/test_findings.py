@@ -74,8 +74,9 @@ def unsupported(tokens: list[str], values: list[float]) -> list[str]:
         percent = token.endswith("%")
         text = token.rstrip("%")
         x = float(text)
-        decimals = len(text.split(".")[1]) if "." in text and "e" not in text else 0
-        tol = 1e-12 * max(1.0, x) if "e" in text else 0.5 * 10**-decimals + 1e-9
+        mantissa, _, exponent = text.partition("e")
+        decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+        tol = 0.5 * 10 ** (int(exponent or 0) - decimals) * (1 + 1e-9)  # half a unit in the last digit shown
         if not (near(x, tol) or (percent and near(x / 100, tol / 100))):
             bad.append(token)
     return bad
@@ -95,6 +96,7 @@ def test_the_number_check_sees_a_number_no_table_has():
     values = committed_values()
     assert unsupported(numbers_in("measured 0.565 [0.548, 0.583] in 43 seeds"), values) == []
     assert unsupported(numbers_in("measured 0.27182 and 7796.5"), values) == ["0.27182", "7796.5"]
+    assert unsupported(numbers_in("predicted 1.5e-06, 7.7e-13"), values) == ["7.7e-13"]
     assert numbers_in("[x](docs/a1.csv) `pretrained_frozen_W_v0` float32\n**1. Q** 1e-6 90%") == ["1e-6", "90%"]
 
 
@@ -104,12 +106,23 @@ def test_every_question_and_bullet_names_its_tables_and_config():
     assert len(parts) >= 10
     for part in parts:
         assert re.search(r"\(from\s+\[`\w+\.csv`\]\(docs/\w+/tables/\w+\.csv\)", part), part[:80]
-        assert re.search(r"of\s+`(config\.yaml|configs/\w+\.yaml)`", part), part[:80]
+        assert re.search(r"of\s+`(config\.yaml|configs/(slices/)?\w+\.yaml)`", part), part[:80]
 
 
 def test_no_run_history_on_the_front_page():
     text = section_text().lower()
     assert not [w for w in ("realisation", "earlier", "before its", "session") if w in text]
+
+
+def test_the_d64_slice_predicts_what_was_preregistered():
+    """The README says the slice's fit levels rerun give the committed predictions bit for bit."""
+    slice_ = pd.read_csv(REPO / "docs/population_D64/tables/predictions.csv")
+    pre = pd.read_csv(REPO / "docs/population/preregistered/predictions.csv")
+    on = ["group", "law", "kappa", "D"]
+    both = slice_.merge(pre, on=on, suffixes=("", "_pre"))
+    assert len(both) == len(slice_[slice_["D"].isin(pre["D"])]) > 0
+    for column in ("rest", "rest_low", "rest_high", "lack_of_fit_p"):
+        assert (both[column] == both[f"{column}_pre"]).all(), column
 
 
 # --- the committed tables agree with the results pages that show them (docs/results.md, docs/theorem.md)

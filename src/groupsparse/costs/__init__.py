@@ -13,15 +13,18 @@ tokens of width m (= d + D with concatenated positions) over D positions, L laye
 
     flops  = S L D m (m + D) (4 T B + 2 R E)            (the dense formula's GEMM count)
     draws  = S T B D d                                   (Gaussian numbers drawn)
-    cpu_s  = c0 + path * (c_flop[dtype] * flops + c_draw * draws)
+    cpu_s  = c0 + path_flops * c_flop[dtype] * flops + path_draws * c_draw * draws
     mem_mb = m0 + m_img [image task] + m_p * S bytes(dtype) (E D (m + D) + B D d) / 2^20          (alive all run)
                 + m_t * k L bytes(dtype) B D (m + D) / 2^20                (one step's temporaries)
 
 with k = min(S, threads) seeds computed at once by the fast kernel (all S under autograd).
 
-``path`` is 1 for the paper model with antithetic batches (the fast kernel folds the
+``path_flops = path_draws = path``: 1 for the paper model with antithetic batches (the fast kernel folds the
 mirror half), and a fitted factor (median over their measured jobs) for i.i.d. batches and
-for models trained by autograd (other positions/attention/layers).
+for models trained by autograd (other positions/attention/layers). A path measured at three
+points or more gets two factors, one on its flops and one on its draws (least squares of the
+relative errors): population mode's numba loops run at about 1/17 of the GEMM path's rate
+per flop and draw about half its numbers (the antithetic half).
 
 transfer, one job = a method group x sample sizes x downstream tasks for S seeds; a job's
 cost is the sum over the *fits it performs* (one per (downstream, n, method), plus

@@ -28,6 +28,7 @@ from .work import DTYPE_BYTES, Fit, describe_transfer, measured_methods, pretrai
 
 TABLES = ("pretrain.tsv", "transfer.tsv", "transfer_fits.tsv")
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "benchmarks" / "costs"
+TWO_FACTORS_FROM = 3  # measured points of a path from which it gets a factor for its flops and one for its draws
 
 
 def read_table(path: Path) -> list[dict]:
@@ -119,15 +120,19 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
     ]
     c0, f32, f64, draw = _nnls_relative(X, [p["cpu_s"] for p in fast])
     base = {"c0_s": c0, "s_per_flop": {"float32": f32, "float64": f64}, "s_per_draw": draw}
-    factors = {"antithetic": 1.0}
+    factors: dict[str, Any] = {"antithetic": 1.0}
     for path in sorted({p["path"] for p in pre} - {"antithetic"}):  # each other path measured: its factor
-        ratios = [
-            (p["cpu_s"] - c0) / (base["s_per_flop"][p["dtype"]] * p["flops"] + draw * p["draws"])
-            for p in pre
-            if p["path"] == path
-        ]
-        if ratios:
-            factors[path] = max(statistics.median(ratios), 0.1)
+        rows = [p for p in pre if p["path"] == path]
+        flops = [base["s_per_flop"][p["dtype"]] * p["flops"] for p in rows]
+        draws = [draw * p["draws"] for p in rows]
+        if len(rows) >= TWO_FACTORS_FROM:
+            # enough points for the path's own mix: its kernels' rate against the GEMM path's, and its draws'
+            # (population mode's numba loops run far below the GEMM rate and draw only the antithetic half)
+            a, b = _nnls_relative([list(x) for x in zip(flops, draws)], [p["cpu_s"] - c0 for p in rows])
+            factors[path] = {"flops": round_significant(a), "draws": round_significant(b)}
+            continue
+        ratios = [(p["cpu_s"] - c0) / (f + d) for p, f, d in zip(rows, flops, draws)]
+        factors[path] = max(statistics.median(ratios), 0.1)
     m0, mi, mp, mt = _nnls_relative(
         [
             [1.0, float(kind_of(p["kind"]).loads_dataset), p["persistent_bytes"] / 2**20, p["transient_bytes"] / 2**20]

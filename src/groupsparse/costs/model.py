@@ -96,8 +96,9 @@ def _thread_speedup(threads: int, parallel: int) -> float:
 
 def pretrain_cpu_s(f: dict, c: dict) -> float:
     p = c["pretrain"]
-    path = p["path_factor"].get(f["path"], 1.0)
-    return p["c0_s"] + path * (p["s_per_flop"][f["dtype"]] * f["flops"] + p["s_per_draw"] * f["draws"])
+    factor = p["path_factor"].get(f["path"], 1.0)  # one factor, or the path's own for its flops and its draws
+    on_flops, on_draws = (factor["flops"], factor["draws"]) if isinstance(factor, dict) else (factor, factor)
+    return p["c0_s"] + on_flops * p["s_per_flop"][f["dtype"]] * f["flops"] + on_draws * p["s_per_draw"] * f["draws"]
 
 
 def pretrain_mem_mb(f: dict, c: dict) -> float:

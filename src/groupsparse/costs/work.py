@@ -73,8 +73,12 @@ def token_width(model: dict, d: int, D: int) -> int:
 def _path(spec: dict) -> str:
     """The cost model's path of a run (``costs/costs.yaml`` is fitted per path): the implementation
     ``dispatch.plan`` chooses, the general closed form split by its sampling (i.i.d. batches have no
-    mirror half to fold)."""
-    kernel = dispatch.plan(spec).kernel
+    mirror half to fold), and population mode from the subspace's coefficients (``population_loops``:
+    its step never forms W, so it has a work count of its own)."""
+    plan = dispatch.plan(spec)
+    kernel = plan.kernel
+    if plan.from_coefficients:
+        return "population_loops"
     if kernel.startswith("general"):
         sampling = spec.get("pretrain", {}).get("sampling", _PRETRAIN["sampling"])
         return "antithetic" if sampling == "antithetic" else "iid"
@@ -85,11 +89,16 @@ def pretrain_flops(path: str, S: int, L: int, d: int, D: int, m: int, T: int, B:
     """FLOPs of a pretraining job: S seeds x T steps of batch B, R records of E evaluation samples.
     The dense formula per sample (L D m (m + D), 4 per training sample, 2 per evaluated one), except
     on the symmetric paths: the kernel's own count (``symmetric_loops``: the per-sample loops) and the
-    symmetric forward's per evaluated sample."""
-    if path.startswith("symmetric"):
+    symmetric forward's per evaluated sample; population mode's loops (``population_loops``) by their
+    own count per step, evaluated as the symmetric paths."""
+    if path.startswith("symmetric") or path == "population_loops":
         forward = kernel_flops.symmetric_torch_phases(2, D, d, 4)
         per_eval = forward["scores"][0] + forward["softmax"][0]
-        return S * (T * kernel_flops.symmetric_flops(B, D, d, path == "symmetric_loops") + R * E * per_eval)
+        if path == "population_loops":
+            per_step = kernel_flops.population_loops_flops(B, D, d)
+        else:
+            per_step = kernel_flops.symmetric_flops(B, D, d, path == "symmetric_loops")
+        return S * (T * per_step + R * E * per_eval)
     return S * L * D * m * (m + D) * (4 * T * B + 2 * R * E)
 
 

@@ -14,6 +14,7 @@ from .tables import Sources, Tables, fold, interval, listing, num
 
 TITLE = "Does gradient descent learn the theorem's selection, at its rate?"
 STUDY = "population"
+LARGEST_D = "population_D64"  # the population study's D = 64, a slice of its own (configs/slices/)
 LAW_TEST = "pre-registered law test, "
 LAW_WORDS = {
     "theorem": "the theorem's form (D - 1) exp(-c D)",
@@ -150,6 +151,71 @@ def _finite_batches(s: Sources) -> str:
     )
 
 
+def _largest_D(t: Tables) -> str:
+    """The D = 64 slice (configs/slices/population_D64.yaml): measured against each law's pre-registered
+    prediction per kappa, the slice's law-test verdicts, the flow time to the smallest target c, its batch check."""
+    s = Sources(t)
+    grid = s.config["scaling"]
+    p, by = s.table("predictions"), s.table("theorem_by_D")
+    p = p[p["group"].fillna("").astype(str) == ""]
+    by = by.assign(group=by["group"].fillna("").astype(str))
+    parts = []
+    for D in grid["analysis"]["predict_D"]:
+        here = by[(by["D"] == D) & (by["group"] == "")]
+        cells = []
+        for _, r in _law_tests(s, "population gradient descent").iterrows():
+            kappa = float(_kappa(str(r["claim"])))
+            m = here[here["quantity"] == f"1 - min attention at flow time {kappa:g} D^3"]
+            laws = p[(p["D"] == D) & ((p["kappa"] - kappa).abs() < 1e-9)].sort_values("law")
+            predicted = ", ".join(f"{law} {q['rest']:.2g}" for law, q in laws.set_index("law").iterrows())
+            cells.append(
+                f"kappa = {kappa:g}: measured {interval(m.iloc[0], 4, ('value', 'low', 'high'))}, predicted "
+                f"{predicted}: {r['verdict']} ({r['why']})"
+            )
+        c0 = min(grid["analysis"]["target_c"])
+        reach = here[here["quantity"] == f"flow time until min attention >= 1 - exp(-{c0:g} D)"].iloc[0]
+        eta = float(reach["eta"])
+        time = (
+            f"censored at flow time {num(reach['value'], 0)}"
+            if reach["censored"]
+            else f"flow time {interval(reach, 0, ('value', 'low', 'high'))}"
+        )
+        others = [
+            f"1 - exp(-{cc:g} D) censored at {num(q['value'], 0)}"
+            for cc in sorted(grid["analysis"]["target_c"])[1:]
+            for _, q in here[here["quantity"] == f"flow time until min attention >= 1 - exp(-{cc:g} D)"].iterrows()
+            if q["censored"]
+        ]
+        parts.append(
+            f"D = {D} (batch {int(reach['batch'])}, eta = {eta:g}, {int(reach['seeds'])} replicates), 1 - min "
+            "attention at flow time kappa D^3: "
+            + "; ".join(cells)
+            + f". To 1 - exp(-{c0:g} D): {time}"
+            + "".join(f"; {o}" for o in others)
+            + _batch_check_at(s, D)
+        )
+    page = t.link.removesuffix("/tables")
+    return (
+        f"- *At D = {listing(grid['analysis']['predict_D'])}* (`{t.config_file}`: configs/population.yaml's fit "
+        "levels rerun, which gives the committed predictions bit for bit, and the larger D added; the same "
+        f"criterion): " + " ".join(parts) + f". Its page [{page}.md]({page}.md). {s.cite()}"
+    )
+
+
+def _batch_check_at(s: Sources, D: int) -> str:
+    """'. Batch check (at batch 128 (D = 64, up to ...)): <quantity>: log difference ... (verdict); ...'."""
+    c = s.table("claims")
+    rows = c[(c["analysis"] == "batch_check") & (c["D"] == D) & c["low"].notna()]
+    entries = [e for e in s.config["scaling"]["batch_check"] if D in e["D"]]
+    if not len(rows) or not entries:
+        return ""
+    quantity = [str(q["claim"]).split(": ", 1)[1].split(" at batch", 1)[0] for _, q in rows.iterrows()]
+    checks = [
+        f"{name}: log difference {interval(q)} ({q['verdict']})" for name, (_, q) in zip(quantity, rows.iterrows())
+    ]
+    return f". Batch check {'; '.join(_check_words(e) for e in entries)}: " + "; ".join(checks)
+
+
 def finding(studies: dict[str, Tables]) -> str:
     t = studies[STUDY]
     s = Sources(t)
@@ -178,7 +244,10 @@ def finding(studies: dict[str, Tables]) -> str:
     bullets = [law, _constant(s), _checks(s), _finite_batches(s)]
     plain, _ = _law_bullet(s, "batch gradient descent (variant plain512", "plain512", "plain batch-512 GD")
     bullets.append(plain)
-    return "\n".join([f"**1. {TITLE}** {answer}. {s.cite()} {config}"] + [b + f" {s.cite()}" for b in bullets if b])
+    cited = [b + f" {s.cite()}" for b in bullets if b]
+    if LARGEST_D in studies:  # beside the law test it extends; it cites its own tables
+        cited.insert(1, _largest_D(studies[LARGEST_D]))
+    return "\n".join([f"**1. {TITLE}** {answer}. {s.cite()} {config}"] + cited)
 
 
 def summary(t: Tables) -> list[str]:
