@@ -235,10 +235,31 @@ def test_the_findings_follow_the_tables(tmp_path):
     before = readme.section(committed(REPO), REPO)
     after = readme.section(committed(root), root)
     flat = lambda text: " ".join(text.split())  # noqa: E731
-    assert "d + D for `pretrained_frozen_W` and `pretrained_probe` (power" in flat(before)
-    assert "d + D for `pretrained_frozen_W` (power" in flat(after)
+    assert "a + b <= 1) for `pretrained_frozen_W` and `pretrained_probe` (power" in flat(before)
+    assert "a + b <= 1) for `pretrained_frozen_W` (power" in flat(after)
+    assert "`pretrained_probe`: n* grows like d + D" in flat(before)  # the shape named only where consistent
+    assert "`pretrained_probe`: n* grows like d + D" not in flat(after)
     assert readme.write(root) and readme.current((root / "README.md").read_text()) == after
     assert not readme.write(root)
+
+
+def test_the_protocol_verdict_counts_the_grid_points_from_the_table(tmp_path):
+    """The paper's protocol sentence counts the grid points where 'needs fewer samples than logreg' fails."""
+    root = copied_repo(tmp_path)
+    path = root / "docs/results/tables/claims.csv"
+    claims = pd.read_csv(path)
+    text = claims["claim"].astype(str)
+    at = text.str.startswith("pretrained_finetune needs fewer samples than logreg for accuracy 0.9 (scale_")
+    failing = int((claims.loc[at, "verdict"] == "does not hold").sum())
+    assert failing >= 1
+    claims.loc[at & (claims["verdict"] == "does not hold"), "verdict"] = "holds"
+    claims.loc[at[at].index[0], "verdict"] = "does not hold"
+    claims.to_csv(path, index=False)
+    flat = lambda text: " ".join(text.split())  # noqa: E731
+    before = flat(readme.section(committed(REPO), REPO))
+    after = flat(readme.section(committed(root), root))
+    assert f"does not hold at {failing} of the {int(at.sum())} grid points" in before
+    assert f"does not hold at 1 of the {int(at.sum())} grid points" in after
 
 
 def test_commit_tables_copies_the_runs_csv_tables_and_removes_those_it_did_not_make(tmp_path):

@@ -30,6 +30,8 @@ STUDY = "default"
 BELOW = ": n* grows no faster than d + D, a + b <= 1"  # the pretrained methods' claim
 LIKE = ": n* grows like d D, a + b = 2"  # the linear baseline's claim
 ONLINE = ": the bound's form with d + D fits the average online error better than"  # ... with d D / a constant
+SHAPE = ": the shape of n* over the (d, D) grid is"  # (a, b) against the regions d + D and d D give on the grid
+PROTOCOL = "pretrained_finetune"  # the paper's protocol: the pretrained W and v, all fine-tuned by online SGD
 
 
 def _joint(s: Sources, method: str, target: float):
@@ -37,6 +39,49 @@ def _joint(s: Sources, method: str, target: float):
     c = s.t.claims(f"{method}: n* grows")
     c = c[c["claim"].str.contains(f"(accuracy {target:g}, downstream transfer)", regex=False)]
     return s.claim(c["claim"].iloc[0]) if len(c) == 1 else None
+
+
+def _shape(s: Sources, method: str, target: float):
+    """The shape claim of ``method`` at ``target`` (analysis/n_star_shape.py; None if the study makes none)."""
+    c = s.t.claims(f"{method}{SHAPE}")
+    c = c[c["claim"].str.contains(f"(accuracy {target:g}, downstream transfer)", regex=False)]
+    return s.claim(c["claim"].iloc[0]) if len(c) == 1 else None
+
+
+def _exponents(r) -> str:
+    """'a = ... [..], b = ... [..]: verdict, why' as the shape claim records them (its config column), or '–'.
+    A blocked fit (censored levels) shows the blocker alone: its wording would read more than the fit holds."""
+    if r is None:
+        return "–"
+    text = str(r["config"]).split(" (two-sided", 1)[0]
+    why = str(r["why"])
+    if not text.startswith("a = ") or "nan" in text:
+        return f"no fit: {r['verdict']}" + (f" ({_blocker(why)})" if _blocker(why) != why else "")
+    if r["verdict"] == "inconclusive":  # the blocker first, then the wording it blocks
+        why = _blocker(why)
+    return f"{text}: {r['verdict']}, {why}"
+
+
+def _blocker(why: str) -> str:
+    """The part of a shape claim's ``why`` before its wording: the text up to the first '; ' outside
+    parentheses (the blocker lists censored levels as 'd=.., D=..; d=.., D=..' inside parentheses)."""
+    depth = 0
+    for i, ch in enumerate(why):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and why.startswith("; ", i):
+            return why[:i]
+    return why
+
+
+def _region(s: Sources, shape: str) -> str:
+    """The region of (a, b) that ``shape`` gives on the grid, as the shape claims record it."""
+    rows = s.t.claims("")
+    rows = rows[rows["claim"].astype(str).str.contains(SHAPE, regex=False)]
+    for text in rows.get("config", []):
+        for part in str(text).split("; "):
+            if part.startswith(f"{shape} region "):
+                return part.removeprefix(f"{shape} region ")
+    return ""
 
 
 def _cell(r) -> str:
@@ -75,12 +120,22 @@ def _fits(t: Tables) -> str:
         cells = [_joint(s, method, target) for target in targets]
         if any(c is not None for c in cells):
             rows.append(f"| {method_label(method)} (`{method}`) | " + " | ".join(map(_cell, cells)) + " |")
-    header = "| method | " + " | ".join(f"a + b at {target:.0%} accuracy" for target in targets) + " |"
+            rows[-1] += " " + " | ".join(_exponents(_shape(s, method, target)) for target in targets) + " |"
+    header = (
+        "| method | "
+        + " | ".join(f"a + b at {target:.0%} accuracy" for target in targets)
+        + " | "
+        + " | ".join(f"(a, b) [95%] at {target:.0%}: the shape" for target in targets)
+        + " |"
+    )
     return (
         "- *The joint fit* n* ~ d^a D^b of the samples needed, over the grid (d + D is a + b = 1, dD is a + b = 2; "
         "for a pretrained method the claim is one-sided, a + b <= 1, tested by its one-sided 95% lower bound; "
-        f"power against the other law) {s.cite()}:\n\n"
-        + "\n".join([header, "|---|" + "---|" * len(targets), *rows])
+        "power against the other law). The bound a + b <= 1 is not the shape d + D: on this grid the fits of "
+        f"n* = C (d + D) give the region {_region(s, 'd + D') or 'of (a, b)'} and those of C d D the point (1, 1) "
+        "(analysis/n_star_shape.py); the shape columns say which region the two-sided intervals of a and b meet "
+        f"(holds: d + D's and not d D's; a verdict from censored levels reads inconclusive) {s.cite()}:\n\n"
+        + "\n".join([header, "|---|" + "---|" * (2 * len(targets)), *rows])
         + "\n"
     )
 
@@ -166,6 +221,25 @@ def _protocol(s: Sources, run: str, target: float) -> str:
     return out + "."
 
 
+def _protocol_verdict(s: Sources, target: float) -> str:
+    """The paper's protocol against logistic regression, over the base task and the grid's points."""
+    rows = s.t.claims(f"{PROTOCOL} needs fewer samples than logreg for accuracy {target:g} (")
+    if not len(rows):
+        return ""
+    image = set(image_tasks(s.config))
+    runs = {str(c).rsplit("(", 1)[1].split(",", 1)[0]: v for c, v in zip(rows["claim"], rows["verdict"])}
+    runs = {run: v for run, v in runs.items() if run not in image}
+    grid = {run: v for run, v in runs.items() if run.startswith("scale_")}
+    fails = sum(v == "does not hold" for v in grid.values())
+    text = (
+        f". The paper's protocol (`{PROTOCOL}`: the pretrained W and v, all fine-tuned by online SGD; that v is kept is "
+        f"our reading) does not need fewer samples than `logreg`: that claim "
+    )
+    if "base" in runs:
+        text += f"{runs['base']} on the base task and "
+    return text + f"does not hold at {fails} of the {len(grid)} grid points, at {target:.0%}"
+
+
 def finding(studies: dict[str, Tables]) -> str:
     t = studies[STUDY]
     s = Sources(t)
@@ -178,15 +252,19 @@ def finding(studies: dict[str, Tables]) -> str:
     if consistent:
         powers = span([float(below[m]["power"]) for m in consistent], 2)
         answer = (
-            f"At {target:.0%} accuracy the data are consistent with d + D for "
-            f"{listing([f'`{m}`' for m in consistent])} (power {powers} against dD)"
+            f"At {target:.0%} accuracy the data are consistent with the bound (n* no faster than d + D, a + b <= 1) "
+            f"for {listing([f'`{m}`' for m in consistent])} (power {powers} against dD)"
         )
     else:
-        answer = f"At {target:.0%} accuracy no pretrained method is consistent with d + D"
+        answer = f"At {target:.0%} accuracy no pretrained method is consistent with the bound n* <= C (d + D)"
     if others:
         answer += f", {' or '.join(others)} for the other pretrained methods"
+    shapes = [f"`{m}`: {r['why']}" for m in below if (r := _shape(s, m, target)) is not None and m in consistent]
+    if shapes:
+        answer += f"; the fitted shape, (a, b) against the regions d + D and d D give on this grid: {'; '.join(shapes)}"
     for m, r in held.items():
         answer += f"; for `{m}` (on vec(X)) n* ~ dD " + ("holds" if r["verdict"] == "holds" else f"is {r['verdict']}")
+    answer += _protocol_verdict(s, target)
     config = (
         f"(`{t.config_file}`: {_grid(s)}; [docs/results.md](docs/results.md), figure "
         "[sample complexity](docs/results/scaling_sample_complexity.png).)"
