@@ -232,8 +232,8 @@ def _protocol_verdict(s: Sources, target: float) -> str:
     grid = {run: v for run, v in runs.items() if run.startswith("scale_")}
     fails = sum(v == "does not hold" for v in grid.values())
     text = (
-        f". The paper's protocol (`{PROTOCOL}`: the pretrained W and v, all fine-tuned by online SGD; that v is kept is "
-        f"our reading) does not need fewer samples than `logreg`: that claim "
+        f". The paper's protocol (`{PROTOCOL}`: the pretrained W and v, all fine-tuned by online SGD; that v is "
+        "kept is our reading) does not need fewer samples than `logreg`: that claim "
     )
     if "base" in runs:
         text += f"{runs['base']} on the base task and "
