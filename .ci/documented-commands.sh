@@ -97,14 +97,16 @@ run groupsparse estimate --configfile config.yaml
 # commands merge them.
 for pair in "configs/population.yaml configs/cluster/population_large_D.yaml" \
   "configs/population.yaml configs/slices/population_D64.yaml" \
-  "configs/practitioners.yaml configs/slices/practitioners_small_D.yaml"; do
+  "configs/practitioners.yaml configs/slices/practitioners_small_D.yaml" \
+  "configs/practitioners.yaml configs/slices/practitioners_D16.yaml" \
+  "configs/practitioners.yaml configs/slices/practitioners_D24_stable.yaml"; do
   # shellcheck disable=SC2086  # two file names, split on purpose
   run snakemake -n --cores all --configfile $pair > /dev/null
   # shellcheck disable=SC2086
   run groupsparse estimate --configfile $pair > /dev/null
 done
 for overlay in configs/cluster/*.yaml configs/slices/*.yaml; do  # an overlay added without a line above fails here
-  case " population_large_D population_D64 practitioners_small_D " in *" $(basename "$overlay" .yaml) "*) ;; *)
+  case " population_large_D population_D64 practitioners_small_D practitioners_D16 practitioners_D24_stable " in *" $(basename "$overlay" .yaml) "*) ;; *)
     echo "documented-commands: $overlay is planned by no line of this script" >&2; exit 1 ;;
   esac
 done

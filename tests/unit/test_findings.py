@@ -381,3 +381,44 @@ def test_the_other_cpu_paragraph_names_what_differs(tmp_path):
     assert cpus._short(c.loc[row, "claim"]) in text and "does not hold" in text
     assert f"{s.loc[hit, 'method']} on {s.loc[hit, 'run']}" in text and "do not overlap" in text
     assert "Every claim has the same verdict on both." in plain
+
+
+def test_the_ablations_table_has_a_row_per_ablation_run_read_from_the_pretraining_summary(tmp_path):
+    """One row per ablation run of the committed pretrain_summary.csv, the baseline first; a changed
+    value in that table changes its cell."""
+    root = copied_repo(tmp_path)
+    path = root / "docs/results/tables/pretrain_summary.csv"
+    pre = pd.read_csv(path)
+    runs = pre.loc[pre["role"] == "ablation", "run"].tolist()
+    shown = lambda text: re.findall(r"^\| `(ablation_\w+)` \|.*$", text, flags=re.M)  # noqa: E731
+    before = readme.section(committed(REPO), REPO)
+    assert shown(before) == ["ablation_none"] + sorted(r for r in runs if r != "ablation_none")
+    pre.loc[pre["run"] == "ablation_iid_batches", "attention_min_on_relevant_mean"] = 0.123456
+    pre.to_csv(path, index=False)
+    after = readme.section(committed(root), root)
+    row = lambda text: next(line for line in text.splitlines() if line.startswith("| `ablation_iid_batches` |"))  # noqa: E731
+    assert row(after).split(" | ")[4] == "0.123" != row(before).split(" | ")[4]
+
+
+def test_the_step_size_contrast_counts_the_practitioners_verdicts_from_their_tables(tmp_path):
+    """Question 2's sentence on the two step sizes counts the practitioners' slices' verdicts at each D
+    where both ran: a verdict changed in the committed claims changes the counts."""
+    root = copied_repo(tmp_path)
+    path = root / "docs/practitioners_D16/tables/claims.csv"
+    claims = pd.read_csv(path)
+    level = claims["claim"].str.contains("training reaches the theorem's level") & claims["claim"].str.endswith(
+        "(D = 16)"
+    )
+    fast = level & claims["claim"].str.contains("_eta05 ")
+    slow = level & claims["claim"].str.contains("_etaD ")
+    assert fast.sum() == slow.sum() == 4
+    flat = lambda text: " ".join(text.split())  # noqa: E731
+    before = flat(readme.section(committed(REPO), REPO))
+    holding = int((claims.loc[fast, "verdict"] == "holds").sum())
+    assert f"at D = 16, eta = 0.5: {holding} hold" in before
+    claims.loc[fast, "verdict"] = "holds"
+    claims.to_csv(path, index=False)
+    after = flat(readme.section(committed(root), root))
+    assert (
+        "at D = 16, eta = 0.5: 4 hold;" in after and "holds where" not in after.split("at D = 16, eta = 0.5")[1][:200]
+    )

@@ -65,3 +65,17 @@ def test_the_slice_merged_over_it_plans_the_committed_runs():
     assert config["study_name"] == "practitioners_small_D"
     assert sorted(now) == sorted(before)
     assert {k: now[k].spec for k in now} == {k: before[k].spec for k in before}
+
+
+def test_every_slice_run_at_a_level_of_the_full_config_is_that_configs_run():
+    """A slice's runs at the full config's D levels are the full config's runs, spec for spec (the seeds
+    hash the run's identity), so the slices' tables are parts of the full sweep's."""
+    from groupsparse.commands.estimate import load_study
+
+    _, full = load_study([str(CONFIG)])
+    levels = set(yaml.safe_load(CONFIG.read_text())["scaling"]["D_grid"])
+    for slice_ in sorted((REPO / "configs/slices").glob("practitioners_*.yaml")):
+        _, part = load_study([str(CONFIG), str(slice_)])
+        shared = [k for k in part if k != "base" and int(k.rsplit("_D", 1)[1]) in levels]
+        assert shared, slice_.name
+        assert all(part[k].spec == full[k].spec for k in shared), slice_.name

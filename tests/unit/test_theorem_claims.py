@@ -389,6 +389,9 @@ def test_stability_rows_per_D_say_whether_training_reaches_the_solution():
     # curve against eta x steps, so the paired difference at equal flow time is 0 (it was compared at the
     # same step, beyond the grid run's last flow time: NaN); Adam (no flow time) is paired at the same step
     slow = good.assign(run="stab_eta025_d10_D4", variant="eta025", step=good["step"] * 4, eta=0.25)
+    # its step count rounded up, as a run at another step size has it: it ends 0.2 past the grid's flow time
+    end = slow["step"] == slow["step"].max()
+    slow.loc[end, "flow_time"] = slow.loc[end, "flow_time"] + 0.2
     adam = good.assign(run="stab_adam_d10_D4", variant="adam", optimizer="adam", eta=0.001)
     adam = adam.assign(flow_time=adam["step"] * 0.001)
     rows = stability_by_D(pd.concat([grid.assign(optimizer="gd"), slow.assign(optimizer="gd"), adam]), SETTINGS)
@@ -396,3 +399,11 @@ def test_stability_rows_per_D_say_whether_training_reaches_the_solution():
     assert pair["stab_eta025_d10_D4"]["measured"] == pytest.approx(0.0, abs=1e-9)
     assert "same flow time" in pair["stab_eta025_d10_D4"]["claim"] and "same step" in pair["stab_adam_d10_D4"]["claim"]
     assert pair["stab_adam_d10_D4"]["measured"] == pytest.approx(0.0, abs=1e-9)  # the grid's curve step for step
+    # the power's alternative, the grid run's value where the variant stopped, is read at the same flow time
+    # too (at the same step the slow variant's last step lies beyond the grid run: no alternative, no power)
+    level = {r["run"]: r for r in rows if "reaches the theorem's level" in r["claim"]}
+    slow_level, grid_end = level["stab_eta025_d10_D4"], reach4["measured"]  # the grid run at its last step
+    assert "at this flow time" in slow_level["alternative"]
+    assert "at this step" in level["stab_adam_d10_D4"]["alternative"]
+    assert float(slow_level["alternative"].split("value ")[-1].rstrip(")")) == pytest.approx(grid_end, abs=1e-3)
+    assert slow_level["verdict"] == "holds" and math.isfinite(slow_level["power"])

@@ -74,15 +74,27 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
             settings={"d": d, "D": D},
         )
         ref = grid[(grid["d"] == d) & (grid["D"] == D)]
-        at_step = [  # the grid run's minimum over queries at the same step (linear in the step)
-            float(np.interp(step, h["step"].to_numpy(float), h[MIN_ATTENTION].to_numpy(float), right=np.nan))
-            for _, h in ref.sort_values("step").groupby("seed")
-        ]
-        finite = [v for v in at_step if np.isfinite(v)]
+        # the alternative: the grid run's minimum over queries where this run stopped, linear between its
+        # records; at the same flow time eta x steps (a variant at another step size takes other steps to
+        # it), an adaptive optimizer (Adam, no flow time) at the same step
+        adaptive = bool(without_flow_time(g).any())
+        clock = "step" if adaptive or "flow_time" not in g.columns or "flow_time" not in ref.columns else "flow_time"
+        until = float(last[clock].max())
+        # a run at another step size ends up to one of its steps past the grid run's flow time (its step
+        # count is rounded up): read the grid run's last record there
+        slack = float(last["eta"].max()) if clock == "flow_time" and "eta" in last.columns else 0.0
+        at_end = []
+        for _, h in ref.sort_values("step").groupby("seed"):
+            end = float(h[clock].max())
+            at = min(until, end) if until <= end + slack else until  # beyond: no value (NaN)
+            at_end.append(
+                float(np.interp(at, h[clock].to_numpy(float), h[MIN_ATTENTION].to_numpy(float), right=np.nan))
+            )
+        finite = [v for v in at_end if np.isfinite(v)]
         closed = float(np.mean(finite)) if finite else math.nan
         x = values[np.isfinite(values)]
         se = float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan
-        alt = ("the closed-form grid run's value at this step", closed)
+        alt = (f"the closed-form grid run's value at this {clock.replace('_', ' ')}", closed)
         rng = numpy_generator("pipeline-power", s.study_seed, row["claim"])
         sd = float(x.std(ddof=1)) if x.size > 1 else math.nan
         sim = mean_power(pred, closed, sd, x.size, METRIC_RANGES[MIN_ATTENTION], s.pipeline_power_simulations, rng)
@@ -97,7 +109,6 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
         if len(ref):
             # paired at the same flow time eta x steps (a variant at another step size reaches it at another
             # step); an adaptive optimizer's step size is no flow time: Adam is paired at the same step
-            adaptive = bool(without_flow_time(g).any())
             diffs = []
             for seed, h in g.groupby("seed"):
                 h = h.sort_values("step").drop_duplicates("step", keep="last")
@@ -108,8 +119,11 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
                     last = int(h["step"].iloc[-1])
                     tau_ref = float(np.interp(last, r["step"].to_numpy(float), r["flow_time"].to_numpy(float)))
                     b, why_b = rest_at(r, MIN_ATTENTION, tau_ref) if last <= r["step"].max() else (math.nan, "beyond")
+                elif len(r):
+                    end = float(r["flow_time"].iloc[-1])  # up to one step past it: the grid run's last record
+                    b, why_b = rest_at(r, MIN_ATTENTION, min(tau, end) if tau <= end + slack else tau)
                 else:
-                    b, why_b = rest_at(r, MIN_ATTENTION, tau) if len(r) else (math.nan, "no grid seed")
+                    b, why_b = math.nan, "no grid seed"
                 diffs.append(math.log(a) - math.log(b) if not (why_a or why_b) else math.nan)
             pairing = "same step" if adaptive else "same flow time"
             described[f"log(1 - min attention) minus the grid run's (same seed, {pairing})"] = (

@@ -29,6 +29,21 @@ LAW_STYLE = {
 }
 
 
+def short_eta_rule(rule: str) -> str:
+    """'eta(D): D=4: 0.5, D=6: 0.5, D=16: 0.375' -> 'eta 0.5 at D = 4-6, 0.375 at D = 16' (a title's width);
+    any other rule ('eta = 0.5') as it is."""
+    if not rule.startswith("eta(D): "):
+        return rule
+    runs: list[list] = []  # [eta, first D, last D]
+    for part in rule.removeprefix("eta(D): ").split(", "):
+        D, eta = part.removeprefix("D=").split(": ")
+        if runs and runs[-1][0] == eta:
+            runs[-1][2] = D
+        else:
+            runs.append([eta, D, D])
+    return "eta " + ", ".join(f"{eta} at D = {a}" + (f"-{b}" if b != a else "") for eta, a, b in runs)
+
+
 def out_of_sample_figure(traj: pd.DataFrame, predictions: pd.DataFrame | None, s):
     if predictions is None or not len(predictions):
         return empty_figure("out-of-sample test", "no predictions table (no scaling run at D <= fit_D_max)")
@@ -85,7 +100,7 @@ def out_of_sample_figure(traj: pd.DataFrame, predictions: pd.DataFrame | None, s
         ax.set_xlabel("D (groups)")
         ax.set_ylabel("1 - min attention")
         what = "grid" if group == GRID else group
-        ax.set_title(f"{what}: d = {d}, flow time {kappa:g} D^3 ({p['eta_rule'].iloc[0][:40]})", fontsize=7)
+        ax.set_title(f"{what}: d = {d}, flow time {kappa:g} D^3 ({short_eta_rule(p['eta_rule'].iloc[0])})", fontsize=7)
         ax.legend(fontsize=6)
         ax.grid(alpha=0.3)
     fig.suptitle(

@@ -13,7 +13,12 @@ from .tables import FindingsError, Sources, Tables, interval, listing, num, span
 TITLE = "What does ordinary training do at large D?"
 STUDY = "theorem"
 POPULATION = "population"
+# configs/practitioners.yaml's slices that ran (their D levels together; a D in two slices is the same run)
+PRACTITIONERS = ("practitioners_small_D", "practitioners_D16", "practitioners_D24_stable")
+FULL = "configs/practitioners.yaml"  # the sweep they are slices of
 LEVEL = " training reaches the theorem's level: min attention >= 1 - exp("
+# what the practitioners' table shows per run beside min attention (the claims' stability_by_D rows)
+DESCRIBED = ("mean attention on j*", "|v2| / |v1|", "|W cross blocks| / |W diagonal blocks|", "eval loss")
 
 
 def _level(s: Sources, variant: str, c: float, D: int):
@@ -83,9 +88,10 @@ def finding(studies: dict[str, Tables]) -> str:
         share = _described(s, name, D, d, "mean attention on j*")["measured"]
         attention = f"; at D = {D}, `{name}` puts {num(share)} of the attention on j*"
     text = (
-        f"**2. {TITLE}** {answer} The closed-form kernel keeps the theorem's symmetric subspace (v2 = 0, W's "
-        "cross blocks 0) exactly; other training keeps it only up to rounding, and the rounding grows while "
-        f"attention forms. Against the theorem's level, min attention >= 1 - exp(-{c:g} D) after "
+        f"**2. {TITLE}** {answer}{_step_size_contrast(studies)} The closed-form kernel keeps the theorem's "
+        "symmetric subspace (v2 = 0, W's cross blocks 0) exactly; other training keeps it only up to rounding, "
+        "and the rounding grows while attention forms. Against the theorem's level, min attention >= 1 - "
+        f"exp(-{c:g} D) after "
         f"{steps(stab['steps_per_D3'])} ({stab['seeds']} seeds, d = {d}, every D of the grid, eta = {eta:g}, past "
         "the stability edge 8/D for D > 16): " + "; ".join(parts) + f"{attention}."
     )
@@ -101,7 +107,150 @@ def finding(studies: dict[str, Tables]) -> str:
             )
         )
     text += f" {s.cite()[:-1]}, `scaling.stability`)"
-    return text + (f"\n{stable}" if stable else "")
+    return text + (f"\n{stable}" if stable else "") + _practitioners(studies)
+
+
+def _setting(spec: dict, eta: float) -> str:
+    """'autograd, 0.01 start, separate W_K/W_Q, eta = min(0.5, 6/D)' from a practitioners' variant."""
+    model, pre = spec.get("model") or {}, spec.get("pretrain") or {}
+    words = ["Adam" if pre.get("optimizer") == "adam" else "autograd GD"]
+    words.append(f"N(0, {model['init_scale']:g}^2) start" if model.get("init") == "random" else "zero start")
+    if model.get("attention") == "separate":
+        words.append("separate W_K, W_Q")
+    if pre.get("sampling") == "iid":
+        words.append("i.i.d. batches")
+    step = pre.get("eta", eta)
+    if pre.get("optimizer") == "adam":
+        words.append(f"lr {step:g}, {spec.get('steps_per_D3'):g} D^3 steps")
+    elif pre.get("eta_D_limit"):
+        words.append(f"eta = min({step:g}, {pre['eta_D_limit']:g}/D)")
+    else:
+        words.append(f"eta = {step:g}")
+    return ", ".join(words)
+
+
+def _not_run(root, cells: dict[str, dict[int, str]]) -> str:
+    """'; not run here (a cluster's): D = 32 for every variant, D = 24 for 8 of the 10', from the full config."""
+    import yaml
+
+    path = root / FULL
+    if not path.is_file():
+        return ""
+    grid = yaml.safe_load(path.read_text())["scaling"]
+    planned = {n: v.get("D_grid", grid["D_grid"]) for n, v in grid["stability"]["variants"].items()}
+    missing = {D: [n for n, Ds in planned.items() if D in Ds and D not in cells.get(n, {})] for D in grid["D_grid"]}
+    parts = []
+    for D, names in missing.items():
+        at = [n for n, Ds in planned.items() if D in Ds]
+        if names:
+            parts.append(
+                f"D = {D} for " + ("every variant" if len(names) == len(at) else f"{len(names)} of the {len(at)}")
+            )
+    return f"; not run here (a cluster's): {', '.join(parts)}" if parts else ""
+
+
+def _practitioner_runs(studies: dict[str, Tables]):
+    """Per variant and D, from the slices of configs/practitioners.yaml that ran: the table's cell and the
+    verdict (a D in two slices is the same run: the first slice's)."""
+    ran = [Sources(studies[name]) for name in PRACTITIONERS if name in studies]
+    cells: dict[str, dict[int, str]] = {}
+    verdicts: dict[str, dict[int, str]] = {}
+    settings, configs = {}, []
+    c = None
+    for s in ran:
+        grid, stab = s.config["scaling"], s.config["scaling"]["stability"]
+        c, d = min(grid["analysis"]["target_c"]), stab["d"]
+        eta = (grid.get("pretrain") or {}).get("eta", s.config["pretrain"]["eta"])
+        before = {D for row in cells.values() for D in row}  # levels an earlier slice ran
+        for name, spec in stab["variants"].items():
+            settings.setdefault(name, _setting(spec, eta))
+            for D in spec.get("D_grid", grid["D_grid"]):
+                if D in cells.get(name, {}):
+                    continue  # the same run in an earlier slice
+                level = _level(s, name, c, D)
+                shown = {what: _described(s, name, D, d, what)["measured"] for what in DESCRIBED}
+                cells.setdefault(name, {})[D] = (
+                    f"{interval(level)} {level['verdict']}; {num(shown['mean attention on j*'])}; "
+                    f"{num(shown['|v2| / |v1|'], 2)} / {num(shown['|W cross blocks| / |W diagonal blocks|'], 2)}; "
+                    f"{num(shown['eval loss'])}"
+                )
+                verdicts.setdefault(name, {})[D] = level["verdict"]
+        added = sorted({D for row in cells.values() for D in row} - before)
+        configs.append(f"D = {listing(added)} (`{s.t.config_file}`)" if added else f"`{s.t.config_file}`")
+    return ran, cells, verdicts, settings, configs, c
+
+
+def _counted(verdicts: list[str]) -> str:
+    """'2 hold, 1 inconclusive, 1 does not hold'."""
+    words = {"holds": ("holds", "hold"), "does not hold": ("does not hold", "do not hold")}
+    parts = []
+    for verdict in ("holds", "undecided", "inconclusive", "does not hold"):
+        k = verdicts.count(verdict)
+        if k:
+            one, many = words.get(verdict, (verdict, verdict))
+            parts.append(f"{k} {one if k == 1 else many}")
+    return ", ".join(parts)
+
+
+def _step_size_contrast(studies: dict[str, Tables]) -> str:
+    """'at D = 16, eta = 0.5: 1 holds, 3 do not hold; eta(D): 2 hold, ...': the practitioners' sweep at the
+    D's where its two step sizes differ (a variant `<start>_eta05` against `<start>_etaD`)."""
+    ran, _, verdicts, settings, _, c = _practitioner_runs(studies)
+    if not ran:
+        return ""
+    pairs = [(n, n[: -len("_eta05")] + "_etaD") for n in verdicts if n.endswith("_eta05")]
+    parts = []
+    for D in sorted({D for _, slow in pairs for D in verdicts.get(slow, {})}):
+        both = [(f, s) for f, s in pairs if D in verdicts[f] and D in verdicts.get(s, {})]
+        slow = [verdicts[s][D] for _, s in pairs if D in verdicts.get(s, {})]
+        told = f"at D = {D}, "
+        if both:
+            fast = [verdicts[f][D] for f, _ in both]
+            told += f"eta = 0.5: {_counted(fast)}; eta(D): {_counted(slow)}"
+            only = [
+                f"`{s}` holds where `{f}` {verdicts[f][D]}"
+                for f, s in both
+                if verdicts[s][D] == "holds" != verdicts[f][D]
+            ]
+            if only:
+                told += f" ({'; '.join(only)})"
+        else:
+            told += f"eta(D): {_counted(slow)} (eta = 0.5 not run there)"
+        parts.append(told)
+    if not parts:
+        return ""
+    rule = next((settings[s].split("eta = ")[-1] for _, s in pairs if s in settings), "eta(D)")
+    return (
+        f" In the practitioners' sweep (below; eta(D) = {rule}), where the two step sizes differ, the "
+        f"variants against min attention >= 1 - exp(-{c:g} D): " + "; ".join(parts) + "."
+    )
+
+
+def _practitioners(studies: dict[str, Tables]) -> str:
+    """configs/practitioners.yaml's variants per D, from the slices that ran: min attention at the last step
+    against the theorem's level (its verdict) and |v2| / |v1|, one row per variant."""
+    ran, cells, _, settings, configs, c = _practitioner_runs(studies)
+    if not ran:
+        return ""
+    Ds = sorted({D for row in cells.values() for D in row})
+    family = ("zero", "init", "separate", "iid", "adam")  # the config's order: the plain start first
+    order = sorted(cells, key=lambda n: (next((i for i, f in enumerate(family) if n.startswith(f)), 9), n))
+    rows = [
+        f"| `{name}`: {settings[name]} | " + " | ".join(cells[name].get(D, "–") for D in Ds) + " |" for name in order
+    ]
+    first = ran[0]
+    stab = first.config["scaling"]["stability"]
+    cites = " ".join(s.cite() for s in ran)
+    return (
+        f"\n- *Practitioners' training over D* (`{FULL}`, fixed before any run of it; the parts 2 cores afford "
+        f"ran: {'; '.join(configs)}; d = {stab['d']}, {stab['seeds']} seeds, gradient descent to flow time "
+        f"{stab['flow_time_per_D3']:g} D^3, batch {first.config['scaling']['pretrain']['batch']}). Per variant "
+        f"and D, at the last step: min over queries of S[j*, j] [95% interval] against 1 - exp(-{c:g} D) (the "
+        "verdict); the mean attention on j*; |v2| / |v1| and |W cross blocks| / |W diagonal blocks| (0 on the "
+        f"theorem's subspace); the eval loss{_not_run(ran[0].t.root, cells)} {cites}:\n\n"
+        + "\n".join(["| variant | " + " | ".join(f"D = {D}" for D in Ds) + " |", "|---|" + "---|" * len(Ds), *rows])
+        + "\n"
+    )
 
 
 def _at_stable_step(studies: dict[str, Tables], level_c: float) -> tuple[str, bool]:
