@@ -61,10 +61,12 @@ def out_of_sample_figure(traj: pd.DataFrame, predictions: pd.DataFrame | None, s
             if len(measured)
             else measured
         )
+        drawn = False  # a panel with nothing finite (Adam's: no flow time) says so instead of staying blank
         for D, g in m.groupby("D", sort=True) if len(m) else []:
             mean, lo, hi = mean_interval(g["log_rest"])
             if not np.isfinite(mean):
                 continue
+            drawn = True
             beyond = fit_max < D
             beyond_drawn |= beyond
             err = [[np.exp(mean) - np.exp(lo)], [np.exp(hi) - np.exp(mean)]] if np.isfinite(lo) else None
@@ -80,6 +82,7 @@ def out_of_sample_figure(traj: pd.DataFrame, predictions: pd.DataFrame | None, s
             Ds = np.geomspace(4, max(q["D"].max(), fit_max), 100)
             X, off = design(law, Ds)
             ax.plot(Ds, np.exp(X @ beta + off), color=color, lw=1, label=label)
+            drawn = True
             shift = 1 + 0.03 * (i - (len(laws) - 1) / 2)  # side by side at each predicted D
             ax.errorbar(
                 q["D"] * shift,
@@ -94,6 +97,9 @@ def out_of_sample_figure(traj: pd.DataFrame, predictions: pd.DataFrame | None, s
         ax.axvline(fit_max, color="0.6", ls=":", lw=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        if not drawn:
+            note = "nothing measured or predicted here\n(1 - min attention at this flow time: none finite)"
+            ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=7, color="0.4")
         ticks = sorted({int(D) for D in list(p["D"]) + (list(m["D"]) if len(m) else [])})
         ax.set_xticks(ticks, [str(D) for D in ticks], fontsize=7)
         ax.minorticks_off()

@@ -44,9 +44,13 @@ SHIPPED = (
     Shipped("theorem", "configs/theorem.yaml", "docs/theorem"),
     # configs/population.yaml's D = 64 on 2 cores (the fit levels rerun bit for bit, D = 64 added)
     Shipped("population_D64", "configs/slices/population_D64.yaml", "docs/population_D64"),
-    # configs/practitioners.yaml's levels 2 cores afford: D = 6, 8, 12 (eta(D) = 0.5 there), and D = 16
+    # configs/practitioners.yaml's levels 2 cores afford: D = 6, 8, 12 (eta(D) = 0.5 there), D = 16, and D = 24
+    # at eta(D) for two of its starts
     Shipped("practitioners_small_D", "configs/slices/practitioners_small_D.yaml", "docs/practitioners_small_D"),
     Shipped("practitioners_D16", "configs/slices/practitioners_D16.yaml", "docs/practitioners_D16"),
+    Shipped(
+        "practitioners_D24_stable", "configs/slices/practitioners_D24_stable.yaml", "docs/practitioners_D24_stable"
+    ),
     # config.yaml again, on a CPU without AVX-512 (the README's default run is on an Intel Xeon with it)
     Shipped("default_amd_epyc_avx2", "config.yaml", "docs/results_amd_epyc_avx2", same_as="default"),
 )

@@ -180,15 +180,15 @@ def _practitioner_runs(studies: dict[str, Tables]):
     return ran, cells, verdicts, settings, configs, c
 
 
-def _counted(verdicts: list[str]) -> str:
-    """'2 hold, 1 inconclusive, 1 does not hold'."""
+def _counted(verdicts: dict[str, str]) -> str:
+    """'2 hold (`zero_etaD`, `iid_etaD`), 1 does not hold (`separate_etaD`)' from {variant: verdict}."""
     words = {"holds": ("holds", "hold"), "does not hold": ("does not hold", "do not hold")}
     parts = []
     for verdict in ("holds", "undecided", "inconclusive", "does not hold"):
-        k = verdicts.count(verdict)
-        if k:
+        names = [f"`{n}`" for n, v in verdicts.items() if v == verdict]
+        if names:
             one, many = words.get(verdict, (verdict, verdict))
-            parts.append(f"{k} {one if k == 1 else many}")
+            parts.append(f"{len(names)} {one if len(names) == 1 else many} ({', '.join(names)})")
     return ", ".join(parts)
 
 
@@ -201,22 +201,10 @@ def _step_size_contrast(studies: dict[str, Tables]) -> str:
     pairs = [(n, n[: -len("_eta05")] + "_etaD") for n in verdicts if n.endswith("_eta05")]
     parts = []
     for D in sorted({D for _, slow in pairs for D in verdicts.get(slow, {})}):
-        both = [(f, s) for f, s in pairs if D in verdicts[f] and D in verdicts.get(s, {})]
-        slow = [verdicts[s][D] for _, s in pairs if D in verdicts.get(s, {})]
-        told = f"at D = {D}, "
-        if both:
-            fast = [verdicts[f][D] for f, _ in both]
-            told += f"eta = 0.5: {_counted(fast)}; eta(D): {_counted(slow)}"
-            only = [
-                f"`{s}` holds where `{f}` {verdicts[f][D]}"
-                for f, s in both
-                if verdicts[s][D] == "holds" != verdicts[f][D]
-            ]
-            if only:
-                told += f" ({'; '.join(only)})"
-        else:
-            told += f"eta(D): {_counted(slow)} (eta = 0.5 not run there)"
-        parts.append(told)
+        fast = {f: verdicts[f][D] for f, _ in pairs if D in verdicts[f]}
+        slow = {s: verdicts[s][D] for _, s in pairs if D in verdicts.get(s, {})}
+        told = f"at D = {D}, " + (f"eta = 0.5: {_counted(fast)}; " if fast else "")
+        parts.append(told + f"eta(D): {_counted(slow)}" + ("" if fast else " (eta = 0.5 not run there)"))
     if not parts:
         return ""
     rule = next((settings[s].split("eta = ")[-1] for _, s in pairs if s in settings), "eta(D)")
