@@ -86,6 +86,13 @@ def test_the_readme_findings_regenerate_byte_identically_from_the_committed_tabl
     assert readme.section(committed(REPO), REPO) == section_text(), "run `groupsparse snapshot --findings-only`"
 
 
+def test_the_pages_the_findings_name_regenerate_byte_identically():
+    pages = readme.pages(committed(REPO))
+    assert list(pages) == ["docs/ablations.md"]
+    for name, text in pages.items():
+        assert (REPO / name).read_text() == text, "run `groupsparse snapshot --findings-only`"
+
+
 def test_every_number_in_the_findings_is_a_committed_tables_or_its_configs():
     tokens = numbers_in(section_text())
     assert len(tokens) > 100
@@ -391,11 +398,11 @@ def test_the_ablations_table_has_a_row_per_ablation_run_read_from_the_pretrainin
     pre = pd.read_csv(path)
     runs = pre.loc[pre["role"] == "ablation", "run"].tolist()
     shown = lambda text: re.findall(r"^\| `(ablation_\w+)` \|.*$", text, flags=re.M)  # noqa: E731
-    before = readme.section(committed(REPO), REPO)
+    before = readme.pages(committed(REPO))["docs/ablations.md"]
     assert shown(before) == ["ablation_none"] + sorted(r for r in runs if r != "ablation_none")
     pre.loc[pre["run"] == "ablation_iid_batches", "attention_min_on_relevant_mean"] = 0.123456
     pre.to_csv(path, index=False)
-    after = readme.section(committed(root), root)
+    after = readme.pages(committed(root))["docs/ablations.md"]
     row = lambda text: next(line for line in text.splitlines() if line.startswith("| `ablation_iid_batches` |"))  # noqa: E731
     assert row(after).split(" | ")[4] == "0.123" != row(before).split(" | ")[4]
 

@@ -86,12 +86,26 @@ def current(readme: str) -> str:
     return START + readme.split(START, 1)[1].split(END, 1)[0] + END
 
 
+def pages(studies: dict[str, Tables]) -> dict[str, str]:
+    """The generated pages the findings name, by repository-relative path (the ablations' table)."""
+    text = ablations.page(studies)
+    return {ablations.PAGE: wrapped(text)} if text else {}
+
+
 def write(root=".") -> bool:
-    """Rewrite README.md's findings section from the committed tables; True if it changed."""
+    """Rewrite README.md's findings section, and the pages it names, from the committed tables; True if
+    any changed."""
     root = Path(root)
+    studies = committed(root)
     path = root / "README.md"
     before = path.read_text()
-    after = spliced(before, section(committed(root), root))
-    if after != before:
+    after = spliced(before, section(studies, root))
+    changed = after != before
+    if changed:
         write_text_atomic(path, after)
-    return after != before
+    for name, text in pages(studies).items():
+        target = root / name
+        if not target.is_file() or target.read_text() != text:
+            write_text_atomic(target, text)
+            changed = True
+    return changed

@@ -87,8 +87,9 @@ def finding(studies: dict[str, Tables]) -> str:
         name, D = next((n, f[-1]) for n, f in failing.items() if f)
         share = _described(s, name, D, d, "mean attention on j*")["measured"]
         attention = f"; at D = {D}, `{name}` puts {num(share)} of the attention on j*"
+    practitioners = _practitioner_runs(studies)  # configs/practitioners.yaml's slices, read once
     text = (
-        f"**2. {TITLE}** {answer}{_step_size_contrast(studies)} The closed-form kernel keeps the theorem's "
+        f"**2. {TITLE}** {answer}{_step_size_contrast(practitioners)} The closed-form kernel keeps the theorem's "
         "symmetric subspace (v2 = 0, W's cross blocks 0) exactly; other training keeps it only up to rounding, "
         "and the rounding grows while attention forms. Against the theorem's level, min attention >= 1 - "
         f"exp(-{c:g} D) after "
@@ -107,7 +108,7 @@ def finding(studies: dict[str, Tables]) -> str:
             )
         )
     text += f" {s.cite()[:-1]}, `scaling.stability`)"
-    return text + (f"\n{stable}" if stable else "") + _practitioners(studies)
+    return text + (f"\n{stable}" if stable else "") + _practitioners(practitioners)
 
 
 def _setting(spec: dict, eta: float) -> str:
@@ -155,7 +156,7 @@ def _practitioner_runs(studies: dict[str, Tables]):
     ran = [Sources(studies[name]) for name in PRACTITIONERS if name in studies]
     cells: dict[str, dict[int, str]] = {}
     verdicts: dict[str, dict[int, str]] = {}
-    settings, configs = {}, []
+    settings, rules, configs = {}, {}, []
     c = None
     for s in ran:
         grid, stab = s.config["scaling"], s.config["scaling"]["stability"]
@@ -164,6 +165,9 @@ def _practitioner_runs(studies: dict[str, Tables]):
         before = {D for row in cells.values() for D in row}  # levels an earlier slice ran
         for name, spec in stab["variants"].items():
             settings.setdefault(name, _setting(spec, eta))
+            limit = (spec.get("pretrain") or {}).get("eta_D_limit")
+            if limit:
+                rules.setdefault(name, f"min({(spec.get('pretrain') or {}).get('eta', eta):g}, {limit:g}/D)")
             for D in spec.get("D_grid", grid["D_grid"]):
                 if D in cells.get(name, {}):
                     continue  # the same run in an earlier slice
@@ -177,7 +181,7 @@ def _practitioner_runs(studies: dict[str, Tables]):
                 verdicts.setdefault(name, {})[D] = level["verdict"]
         added = sorted({D for row in cells.values() for D in row} - before)
         configs.append(f"D = {listing(added)} (`{s.t.config_file}`)" if added else f"`{s.t.config_file}`")
-    return ran, cells, verdicts, settings, configs, c
+    return ran, cells, verdicts, settings, rules, configs, c
 
 
 def _counted(verdicts: dict[str, str]) -> str:
@@ -192,10 +196,10 @@ def _counted(verdicts: dict[str, str]) -> str:
     return ", ".join(parts)
 
 
-def _step_size_contrast(studies: dict[str, Tables]) -> str:
-    """'at D = 16, eta = 0.5: 1 holds, 3 do not hold; eta(D): 2 hold, ...': the practitioners' sweep at the
-    D's where its two step sizes differ (a variant `<start>_eta05` against `<start>_etaD`)."""
-    ran, _, verdicts, settings, _, c = _practitioner_runs(studies)
+def _step_size_contrast(runs) -> str:
+    """'at D = 16, eta = 0.5: 1 holds, 3 do not hold; eta(D): 2 hold, ...' from :func:`_practitioner_runs`: the
+    practitioners' sweep at the D's where its two step sizes differ (`<start>_eta05` against `<start>_etaD`)."""
+    ran, _, verdicts, _, rules, _, c = runs
     if not ran:
         return ""
     pairs = [(n, n[: -len("_eta05")] + "_etaD") for n in verdicts if n.endswith("_eta05")]
@@ -207,17 +211,18 @@ def _step_size_contrast(studies: dict[str, Tables]) -> str:
         parts.append(told + f"eta(D): {_counted(slow)}" + ("" if fast else " (eta = 0.5 not run there)"))
     if not parts:
         return ""
-    rule = next((settings[s].split("eta = ")[-1] for _, s in pairs if s in settings), "eta(D)")
+    rule = next((rules[s] for _, s in pairs if s in rules), "eta(D)")
     return (
         f" In the practitioners' sweep (below; eta(D) = {rule}), where the two step sizes differ, the "
         f"variants against min attention >= 1 - exp(-{c:g} D): " + "; ".join(parts) + "."
     )
 
 
-def _practitioners(studies: dict[str, Tables]) -> str:
-    """configs/practitioners.yaml's variants per D, from the slices that ran: min attention at the last step
-    against the theorem's level (its verdict) and |v2| / |v1|, one row per variant."""
-    ran, cells, _, settings, configs, c = _practitioner_runs(studies)
+def _practitioners(runs) -> str:
+    """configs/practitioners.yaml's variants per D, from the slices that ran (:func:`_practitioner_runs`): min
+    attention at the last step against the theorem's level (its verdict) and the DESCRIBED quantities, one
+    row per variant."""
+    ran, cells, _, settings, _, configs, c = runs
     if not ran:
         return ""
     Ds = sorted({D for row in cells.values() for D in row})
