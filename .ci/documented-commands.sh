@@ -99,7 +99,8 @@ for pair in "configs/population.yaml configs/cluster/population_large_D.yaml" \
   "configs/population.yaml configs/slices/population_D64.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_small_D.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_D16.yaml" \
-  "configs/practitioners.yaml configs/slices/practitioners_D24_stable.yaml"; do
+  "configs/practitioners.yaml configs/slices/practitioners_D24_stable.yaml" \
+  "configs/practitioners.yaml configs/slices/practitioners_D24.yaml"; do
   # shellcheck disable=SC2086  # two file names, split on purpose
   run snakemake -n --cores all --configfile $pair > /dev/null
   # shellcheck disable=SC2086
