@@ -345,6 +345,23 @@ def test_the_transfer_answer_states_the_protocol_verdict_where_the_tables_have_i
     text = " ".join(transfer.finding(committed(root)).split())
     assert "v reset to 0, log(n*_kept / n*_reset) at 90%: 3.10 [2.20, 4.00]: holds, power 0.97" in text, text
     assert "reset minus kept" in text and "0.62 of the fits" in text and "not tested" not in text
+    assert "over n" not in text  # a summary without the read-out alignment (older tables): no trajectory
+    # with the summary's alignment columns: the trajectory at the first n, every factor 16 and the last
+    summary_path = root / "docs/results/tables/summary.csv"
+    summary = pd.read_csv(summary_path)
+    rows = (summary["run"] == "base") & (summary["downstream"] == "transfer")
+    summary["mean_cos_v1_new"] = float("nan")
+    summary["mean_cos_v1_old"] = float("nan")
+    for method, shift in ((kept, 0.0), (reset, 0.5)):
+        at = rows & (summary["method"] == method)
+        summary.loc[at, "mean_cos_v1_new"] = [min(0.999, 0.1 + shift + 1e-4 * n) for n in summary.loc[at, "n"]]
+        summary.loc[at, "mean_cos_v1_old"] = 0.25
+    summary.to_csv(summary_path, index=False)
+    text = " ".join(transfer.finding(committed(root)).split())
+    assert "cos(v1, new v*) of the fitted read-out, kept / reset: n = 4: 0.100 / 0.600, n = 64: 0.106 / 0.606, " in text
+    assert (
+        "n = 1024: 0.202 / 0.702, n = 4096: 0.510 / 0.999 (kept v1's cos with the pretraining v* at the same n:" in text
+    )
 
 
 def test_the_other_cpu_paragraph_names_what_differs(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -67,6 +69,46 @@ def test_transfer_summary_counts_skipped_and_diverged_rows_apart():
     assert s["mean_test_accuracy"] == pytest.approx(0.7, abs=1e-15)
     assert (s["n_seeds_ok"], s["n_seeds_not_ok"]) == (2, 2)
     assert s["statuses_not_ok"] == "diverged,skipped_pretrain_diverged"
+    # a method without the paper model's read-out has no alignment columns: NaN, not an error
+    assert math.isnan(s["mean_cos_v1_new"]) and math.isnan(s["cos_v1_old_ci_high"])
+
+
+def test_transfer_summary_carries_the_read_outs_alignment_per_n_with_its_interval():
+    """The protocol's mechanism over the n grid: per n, the seed mean of cos(v1, new v*) and of cos(v1, old
+    v*) of the fitted read-out, with the study's t interval clipped to [-1, 1]; only ok seeds count."""
+    from groupsparse.analysis.summary import transfer_summary
+
+    rows = [
+        {
+            "run": "r",
+            "task_name": "r",
+            "downstream": "transfer",
+            "method": "m",
+            "n": n,
+            "seed": seed,
+            "test_accuracy": 0.7,
+            "test_loss": 0.5,
+            "train_accuracy": 1.0,
+            "fit_seconds": 0.1,
+            "status": status,
+            "cos_v1_new": new,
+            "cos_v1_old": old,
+        }
+        for n, seed, new, old, status in (
+            (8, 0, 0.10, 0.90, "ok"),
+            (8, 1, 0.20, 0.80, "ok"),
+            (8, 2, 0.99, 0.0, "diverged"),
+            (64, 0, 0.97, 0.10, "ok"),
+            (64, 1, 0.999, 0.05, "ok"),
+        )
+    ]
+    s = transfer_summary(pd.DataFrame(rows)).set_index("n")
+    assert s.loc[8, "mean_cos_v1_new"] == pytest.approx(0.15) and s.loc[8, "mean_cos_v1_old"] == pytest.approx(0.85)
+    assert s.loc[64, "mean_cos_v1_new"] == pytest.approx(0.9845)
+    for n in (8, 64):
+        for col in ("cos_v1_new", "cos_v1_old"):
+            assert -1.0 <= s.loc[n, f"{col}_ci_low"] <= s.loc[n, f"mean_{col}"] <= s.loc[n, f"{col}_ci_high"] <= 1.0
+    assert s.loc[64, "cos_v1_new_ci_high"] == 1.0  # two seeds near 1: the t interval clipped at the range
 
 
 def test_pretrain_figures_mark_diverged_seeds_red_with_an_x(tmp_path, monkeypatch):

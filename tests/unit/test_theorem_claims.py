@@ -149,8 +149,9 @@ def test_exact_exponential_decay_at_kappa_d3_is_classified_exponential():
         law, falls = law_rows(a, kappa)
         assert law["verdict"] == "descriptive" and "decision: exponential" in law["config"]
         assert falls["measured"] == pytest.approx(-kappa, rel=0.1)
-        # its power against the slowest decay the config names (exp(-0.1 D)) decides holds vs undecided
-        assert falls["verdict"] == ("holds" if falls["power"] >= 0.8 else "undecided")
+        # a directional claim: its interval below 0 is a rejection, its power against the slowest decay the
+        # config names (exp(-0.1 D)) is stated beside it and does not decide it
+        assert falls["verdict"] == "holds" and np.isfinite(falls["power"])
         assert "exp(-c D)" in falls["alternative"]
 
 

@@ -12,8 +12,8 @@ import pytest
 from scipy import stats as sps
 
 from groupsparse.analysis.laws import design, law_prediction
-from groupsparse.analysis.power import simulated_power
-from groupsparse.analysis.stats import Prediction, t_quantile
+from groupsparse.analysis.power import add_power, simulated_power
+from groupsparse.analysis.stats import Prediction, mean_interval, t_quantile, verdict
 
 REPS = 2000
 FIT_D = np.array([4, 6, 8, 12, 16], dtype=float)
@@ -97,3 +97,45 @@ def test_simulated_power_matches_the_whole_procedure(pred, alternative):
     simulated = simulated_power(pred, alternative, se, SEEDS - 1, 4000, np.random.default_rng(6))
     assert simulated == pytest.approx(direct, abs=0.04)
     assert 0.1 < direct < 0.95  # a case where power is neither trivial nor certain
+
+
+def _settings(min_power: float = 0.8):
+    """The analysis settings add_power reads (the schema's defaults are not needed: only these two)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(study_seed=1, power_simulations=2000, min_power=min_power)
+
+
+@pytest.mark.parametrize(("kind", "claimed"), [("greater", "holds"), ("equal", "holds"), ("at_most", "consistent")])
+def test_low_power_vetoes_only_a_failure_to_reject(kind, claimed):
+    """Below min_power, a 'consistent' (a bound not contradicted) and a 'holds' on an equality read
+    'undecided'; a directional 'holds' (the interval wholly above the value) is a rejection and keeps
+    its verdict, with its power stated. Power here is low on purpose: an alternative near the value."""
+    pred = {"greater": Prediction("greater", 0.0), "equal": Prediction("equal", 1.0, 1.0)}.get(
+        kind, Prediction("at_most", 1.0)
+    )
+    row = {"claim": f"a {kind} claim", "verdict": claimed, "why": "interval"}
+    alternative = {"greater": 0.1, "equal": 1.02}.get(kind, 1.1)
+    se = 0.05 if kind == "equal" else 0.5  # equal: a narrow interval that holds 1 whether or not 1.02 is true
+    out = add_power(dict(row), pred, "a near alternative", alternative, se, 4, _settings())
+    assert out["power"] < 0.8
+    assert out["verdict"] == ("holds" if kind == "greater" else "undecided")
+    assert ("undecided (power" in out["why"]) == (kind != "greater")
+    assert out["alternative"].startswith("a near alternative")
+
+
+@pytest.mark.parametrize("seeds", [3, 5])
+def test_a_directional_holds_keeps_its_level_under_the_null_whatever_the_power(seeds):
+    """Why a directional 'holds' needs no power: simulated under the null (true mean exactly at the
+    value), the rule says 'holds' in at most 2.5% of the studies (one tail of the 95% interval, + Monte
+    Carlo slack), and under a small true effect it says 'does not hold' (the wrong sign) no more often:
+    low power costs detections, not false ones."""
+    rng = np.random.default_rng(11)
+    pred = Prediction("greater", 0.0)
+    for truth, most in ((0.0, 0.035), (0.05, 0.035)):
+        X = truth + 0.3 * rng.standard_normal((4000, seeds))
+        verdicts = [verdict(pred, *mean_interval(x, (-math.inf, math.inf))[1:])[0] for x in X]
+        wrong = "holds" if truth == 0.0 else "does not hold"
+        assert np.mean([v == wrong for v in verdicts]) <= most
+        if truth > 0:  # the same design's power against this effect is low: most studies do not detect it
+            assert np.mean([v == "holds" for v in verdicts]) < 0.5

@@ -123,7 +123,7 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
     """Per (d, D, variant, seed) of the grid and its batch check: the headline quantities, long format."""
     scaled = traj[traj["role"] == "scaling"]
     variants = scaled["variant"].fillna("").astype(str) if "variant" in scaled.columns else pd.Series("", scaled.index)
-    runs = scaled[(variants == "") | variants.map(is_check_variant)].assign(variant=variants)
+    runs = scaled[(variants == "") | variants.map(is_check_variant).astype(bool)].assign(variant=variants)
     if "batch" not in runs.columns or not len(runs):
         return pd.DataFrame()
     columns = ["d", "D", "variant", "batch", "eta", "seed", "quantity", "value", "censored", "grid"]

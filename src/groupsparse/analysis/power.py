@@ -8,7 +8,11 @@ degrees of freedom of the claim's interval), and the verdict rule of :mod:`.stat
 draw. Power = the share of draws in which the rule does not confirm the claim (at_most: "does not
 hold"; equal: anything but "holds"); for a directional claim (greater, less) the share in which it
 does confirm it at the alternative (the design's chance to detect the effect the theory names).
-Below ``min_power`` a "consistent" or "holds" verdict reads "undecided (power p)".
+Below ``min_power`` a verdict that fails to reject reads "undecided (power p)": "consistent" (a bound
+not contradicted) and "holds" on an equality (a value inside a narrow interval). A "holds" on a
+directional claim (greater, less) is a rejection of the null at the interval's level whatever the
+power: it keeps its verdict and states its power (low power means its size is likely overstated,
+not that its sign is in doubt).
 
 This is the plug-in (column ``power_plugin``). Where the whole pipeline is simulated
 (:mod:`.pipeline_power`: the transfer verdicts, the means over seeds) that power
@@ -46,6 +50,13 @@ def simulated_power(pred: Prediction, alternative: float, se: float, dof: float,
     return float(np.mean(est + two < v))
 
 
+def fails_to_reject(kind: str, verdict: str) -> bool:
+    """Whether a verdict is a failure to reject, which means something only with power: "consistent", and
+    "holds" on an equality. A directional "holds" (the interval wholly above or below the value) is a
+    rejection: its power is stated, it does not decide it."""
+    return verdict == "consistent" or (verdict == "holds" and kind == "equal")
+
+
 def add_power(
     row: dict,
     pred: Prediction,
@@ -59,13 +70,13 @@ def add_power(
     """Put the power against ``name`` (true value ``alternative``) into a claims row: the normal plug-in
     (``power_plugin``), the simulation of the whole pipeline where one was run (``power_pipeline``,
     :mod:`.pipeline_power`), and in ``power`` the one the verdict uses, the pipeline's where it exists; a
-    consistent or holds verdict below ``s.min_power`` becomes 'undecided'."""
+    verdict that fails to reject (:func:`fails_to_reject`) below ``s.min_power`` becomes 'undecided'."""
     rng = numpy_generator("verdict-power", s.study_seed, row["claim"])
     plugin = simulated_power(pred, alternative, se, dof, s.power_simulations, rng)
     p = pipeline if np.isfinite(pipeline) else plugin
     row["power"], row["power_plugin"], row["power_pipeline"] = p, plugin, pipeline
     row["alternative"] = f"{name} (value {alternative:.3g})"
-    if row["verdict"] in ("consistent", "holds") and not p >= s.min_power:
+    if fails_to_reject(pred.kind, row["verdict"]) and not p >= s.min_power:
         how = "simulated pipeline" if np.isfinite(pipeline) else "plug-in"
         row["why"] = f"undecided (power {p:.2f} against {name}, {how}); " + row["why"]
         row["verdict"] = "undecided"

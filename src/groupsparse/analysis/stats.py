@@ -65,7 +65,7 @@ VERDICTS = (
     "holds",
     "does not hold",
     "consistent",
-    "undecided",  # consistent or holds, but the power against the named alternative is below min_power
+    "undecided",  # consistent, or holds on an equality, but the power against the named alternative is below min_power
     "inconclusive",
     "descriptive",
     # the pre-registered law test (analysis.predict): the law whose point predictions err least
@@ -87,13 +87,14 @@ VERDICT_RULE = (
     f"inconclusive; 'less than v': the mirror image. An upper bound 'at most v' (a theorem's sufficient time, e.g. "
     f"T* = O(D^3)) is tested one-sided: 'does not hold' (exceeds v over the range measured) only if the one-sided "
     f"{CONFIDENCE:.0%} lower bound (estimate - t_(dof, {CONFIDENCE}) x standard error) lies above v, else "
-    f"'consistent' (not contradicted). A 'consistent' verdict, and a 'holds' on an equality or a directional "
-    f"claim with a named alternative, states its power against that alternative (by simulating the whole "
-    f"pipeline at the study's design where that is done, else the normal plug-in from its measured standard "
-    f"error and degrees of freedom; both shown); below scaling.analysis.min_power it "
-    f"reads 'undecided (power p)'. A pretraining verdict whose interval edge lies within "
-    f"scaling.analysis.machine_spread (relative) of the predicted value could flip on another machine: "
-    f"inconclusive (not applied to transfer verdicts, whose spread is not measured). The out-of-sample law test "
+    f"'consistent' (not contradicted). A verdict with a named alternative states its power against it (by "
+    f"simulating the whole pipeline at the study's design where that is done, else the normal plug-in from its "
+    f"measured standard error and degrees of freedom; both shown). A failure to reject, 'consistent' or a "
+    f"'holds' on an equality, below scaling.analysis.min_power reads 'undecided (power p)'; a 'holds' on a "
+    f"directional claim is a rejection at the interval's level and keeps its verdict whatever its power. A "
+    f"pretraining verdict whose interval edge lies within scaling.analysis.machine_spread (relative) of the "
+    f"predicted value could flip on another machine: inconclusive (not applied to transfer verdicts, whose "
+    f"spread is not measured). The out-of-sample law test "
     f"names the law whose point predictions (fitted on D <= fit_D_max) have the smallest sum of absolute log "
     f"errors over the tested D, the same criterion for every law, fixed before the data; 'no law passes' when "
     f"that law fails lack of fit on the fit levels. The batch check reads 'agrees' when the paired difference "

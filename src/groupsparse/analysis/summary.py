@@ -31,8 +31,24 @@ def _mean(frame: pd.DataFrame, col: str) -> float:
     return float(frame[col].mean()) if len(frame) else math.nan
 
 
+# The paper model's read-out alignment per n (transfer.fitting.READOUT_COLUMNS): the fitted v1's cos with the
+# downstream v* and with the pretraining v*, seed means with their interval; over the n grid, how far fine-tuning
+# has turned v1 from the old direction to the new one (the protocol's mechanism, docs/STUDY.md section 4.6).
+ALIGNMENT = ("cos_v1_new", "cos_v1_old")
+
+
+def _alignment(ok: pd.DataFrame) -> dict:
+    """{mean_<col>, <col>_ci_low, <col>_ci_high} for each ALIGNMENT column (NaN where the method has none)."""
+    out = {}
+    for col in ALIGNMENT:
+        mean, lo, hi = mean_interval(ok[col].to_numpy(float) if col in ok else [], (-1.0, 1.0))
+        out |= {f"mean_{col}": mean, f"{col}_ci_low": lo, f"{col}_ci_high": hi}
+    return out
+
+
 def transfer_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (run, downstream, method, n): mean test accuracy over ok seeds with a 95% interval."""
+    """Per (run, downstream, method, n): mean test accuracy over ok seeds with a 95% interval, and the paper
+    model's read-out alignment (:data:`ALIGNMENT`; NaN for the other methods)."""
     keys = _with_run(df, ["downstream", "method", "n"])
     rows = []
     for key, g in df.groupby(keys, sort=True):
@@ -51,6 +67,7 @@ def transfer_summary(df: pd.DataFrame) -> pd.DataFrame:
                 "n_seeds_not_ok": int(len(g) - len(ok)),
                 "statuses_not_ok": ",".join(sorted(set(g.loc[g["status"] != "ok", "status"]))),
             }
+            | _alignment(ok)
         )
     out = pd.DataFrame(rows)
     if len(out):

@@ -29,7 +29,8 @@ def section(studies: dict[str, Tables], root: Path) -> str:
         f"Every number below is read from the committed tables of the shipped studies, {folders}, and each "
         "bullet names its tables and config; `groupsparse snapshot` writes those tables from a finished run and "
         "this section from them. A verdict is the claims table's, with its power against the named alternative "
-        'where the claim is "consistent" or "holds" (below 0.8 a verdict reads "undecided"). The runs: '
+        'where it has one; a failure to reject ("consistent", or "holds" on an equality) below power 0.8 reads '
+        '"undecided", a directional "holds" (an interval wholly on one side) keeps its verdict. The runs: '
         f'{_machine(root)}; another CPU may change the last bits of float32 arithmetic ("Which numbers are '
         'reproducible" below). Every table, claim and figure: '
         + ", ".join(f"[{s.page}.md]({s.page}.md)" for s in SHIPPED)

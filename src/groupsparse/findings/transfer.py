@@ -216,9 +216,35 @@ def _protocol(s: Sources, run: str, target: float) -> str:
     if len(align):
         a = s.claim(align["claim"].iloc[0])
         out += f"; cos(v1, new v*) after fine-tuning, reset minus kept: {_cell(a)}"
+        out += _alignment_over_n(s, run, a["claim"])
     if len(steps):
         out += f"; steps at the grid's edge: {num(s.claim(steps['claim'].iloc[0])['measured'], 2)} of the fits"
     return out + "."
+
+
+def _alignment_over_n(s: Sources, run: str, claim: str) -> str:
+    """'; over n, cos(v1, new v*) kept / reset: n = 4: ... ' from the summary's read-out alignment (the
+    protocol's mechanism along the n grid), at the first n and every factor 16 after it, and the last."""
+    kept, reset = claim.split("from the pretrained v (", 1)[1].split(")", 1)[0], claim.split("from v = 0 (", 1)[1]
+    reset = reset.split(")", 1)[0]
+    rows = s.rows("summary", run=run, downstream="transfer")
+    if "mean_cos_v1_new" not in rows.columns:
+        return ""  # tables from before the summary carried the alignment
+    at = {m: rows[rows["method"] == m].set_index("n") for m in (kept, reset)}
+    sizes = sorted(set(at[kept].index) & set(at[reset].index))
+    if not sizes:
+        return ""
+    shown = [n for n in sizes if any(n == sizes[0] * 16**k for k in range(8))]
+    shown += [sizes[-1]] if sizes[-1] not in shown else []
+    cells = [
+        f"n = {n}: {num(at[kept].loc[n, 'mean_cos_v1_new'])} / {num(at[reset].loc[n, 'mean_cos_v1_new'])}"
+        for n in shown
+    ]
+    old = ", ".join(f"{num(at[kept].loc[n, 'mean_cos_v1_old'])}" for n in shown)
+    return (
+        f"; over n, cos(v1, new v*) of the fitted read-out, kept / reset: {', '.join(cells)} (kept v1's cos with "
+        f"the pretraining v* at the same n: {old})"
+    )
 
 
 def _protocol_verdict(s: Sources, target: float) -> str:
