@@ -445,3 +445,27 @@ def test_the_step_size_contrast_counts_the_practitioners_verdicts_from_their_tab
     after = flat(readme.section(committed(root), root))
     names = sorted(claims.loc[fast, "claim"].str.split(" ").str[0])  # the variants, in the table's order
     assert f"at D = 16, eta = 0.5: 4 hold ({', '.join(f'`{n}`' for n in names)}); eta(D)" in after
+
+
+def test_runs_at_two_commits_are_compared_under_the_current_verdict_rule(tmp_path):
+    """A table written before a directional 'holds' kept its verdict whatever its power shows 'undecided
+    (power p)' where a newer one shows 'holds' on the same interval: not a difference between the CPUs. A
+    failure to reject (an at-most bound) vetoed for its power stays 'undecided' under the current rule too."""
+    from groupsparse.analysis.power import verdict_now
+    from groupsparse.findings import cpus
+    from groupsparse.findings.tables import Tables
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    shutil.copytree(REPO / "docs/results/tables", old)
+    shutil.copytree(REPO / "docs/results/tables", new)
+    c = pd.read_csv(old / "claims.csv")
+    directional = (c["verdict"] == "undecided") & c["prediction"].astype(str).str.startswith(">")
+    bound = (c["verdict"] == "undecided") & c["prediction"].astype(str).str.startswith("<=")
+    assert directional.any() and bound.any()
+    # the newer run's table: what the current rule writes for the same rows
+    renewed = c.assign(verdict=c.apply(verdict_now, axis=1))
+    assert (renewed.loc[directional, "verdict"] == "holds").all()
+    assert (renewed.loc[bound, "verdict"] == "undecided").all()
+    renewed.to_csv(new / "claims.csv", index=False)
+    claims, _ = cpus.compared(Tables(old, "config.yaml", "old"), Tables(new, "config.yaml", "new"))
+    assert (claims["verdict_a"] == claims["verdict_b"]).all()

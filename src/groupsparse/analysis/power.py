@@ -57,6 +57,34 @@ def fails_to_reject(kind: str, verdict: str) -> bool:
     return verdict == "consistent" or (verdict == "holds" and kind == "equal")
 
 
+# Analyses whose 'holds' is a choice between two fitted models: power vetoes it too (analysis.online_form)
+MODEL_CHOICE = ("online_error_form",)
+
+
+def kind_of(prediction: str) -> str:
+    """The Prediction kind a claims table's ``prediction`` text shows ('> 0': greater, '<= 1': at_most...)."""
+    text = str(prediction).strip()
+    for sign, kind in (("<=", "at_most"), (">", "greater"), ("<", "less"), ("=", "equal")):
+        if text.startswith(sign):
+            return kind
+    return "equal" if text.startswith("(a") else "other"  # the shape claims name a region: an equality
+
+
+def verdict_now(row) -> str:
+    """A committed claims row's verdict under this module's rule. Tables written before a directional
+    'holds' kept its verdict whatever its power (before commit 042d647) read 'undecided (power p)' there;
+    the interval, the prediction and the power are in the row, so the verdict follows from them alone."""
+    verdict, why = str(row["verdict"]), str(row.get("why", ""))
+    if (
+        verdict == "undecided"
+        and why.startswith("undecided (power")
+        and kind_of(row["prediction"]) in ("greater", "less")
+        and str(row.get("analysis", "")) not in MODEL_CHOICE
+    ):
+        return "holds"
+    return verdict
+
+
 def add_power(
     row: dict,
     pred: Prediction,

@@ -24,10 +24,18 @@ def _short(claim: str, width: int = 90) -> str:
     return claim if len(claim) <= width else claim[: width - 3].rstrip() + "..."
 
 
+def _now(claims):
+    """The claims with each verdict under the current rule (analysis.power.verdict_now): two runs made at
+    different commits are compared on what their intervals say now, not on a rule that changed between them."""
+    from ..analysis.power import verdict_now
+
+    return claims.assign(verdict=claims.apply(verdict_now, axis=1)) if len(claims) else claims
+
+
 def compared(a: Tables | Sources, b: Tables | Sources):
     """(claims joined on their text, n* joined on (run, downstream, method, target)), columns _a and _b
-    (Sources record the tables read, for the paragraph's citation)."""
-    claims = a.table("claims").merge(b.table("claims"), on="claim", suffixes=("_a", "_b"))
+    (Sources record the tables read, for the paragraph's citation); verdicts under the current rule."""
+    claims = _now(a.table("claims")).merge(_now(b.table("claims")), on="claim", suffixes=("_a", "_b"))
     keys = ["run", "downstream", "method", "target_accuracy"]
     n = a.table("sample_complexity").merge(b.table("sample_complexity"), on=keys, suffixes=("_a", "_b"))
     return claims, n
@@ -63,8 +71,15 @@ def paragraph(studies: dict[str, Tables]) -> str:
         text = (
             f"**The same study on another CPU.** `{a.config_file}` ran also on {cpu_text(b.folder)} "
             f"([{s.page}.md]({s.page}.md)), every job as in the questions above (the same config, algorithms "
-            f"and step sizes); the README's runs are on {cpu_text(a.folder)}. "
+            f"and step sizes); the README's runs are on {cpu_text(a.folder)}."
         )
+        commits = (_commit(a), _commit(b))
+        if commits[0] != commits[1]:
+            text += (
+                f" The two ran at different commits ({commits[0]} and {commits[1]}); their verdicts are compared "
+                "under the current verdict rule, which each row's interval, prediction and power decide."
+            )
+        text += " "
         if differ.empty:
             text += "Every claim has the same verdict on both. "
         else:
@@ -99,6 +114,15 @@ def paragraph(studies: dict[str, Tables]) -> str:
         text += f"{src_a.cite()[:-1]}; {src_b.cite()[1:]}"
         parts.append(text)
     return "\n\n".join(parts)
+
+
+def _commit(t: Tables) -> str:
+    """The short commit a committed folder's run was made at ('unrecorded' without one)."""
+    import json
+
+    path = t.folder / "provenance.json"
+    commit = json.loads(path.read_text()).get("git_commit") if path.is_file() else None
+    return str(commit)[:7] if commit else "unrecorded"
 
 
 def _overlap(x: dict, y: dict) -> bool:
