@@ -96,6 +96,7 @@ run groupsparse estimate --configfile config.yaml
 # The overlays (a cluster's extension, a slice 2 cores afford), merged over their base config as the README's
 # commands merge them.
 for pair in "configs/population.yaml configs/cluster/population_large_D.yaml" \
+  "configs/practitioners.yaml configs/cluster/practitioners_D32.yaml" \
   "configs/population.yaml configs/slices/population_D64.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_small_D.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_D16.yaml" \
@@ -107,7 +108,7 @@ for pair in "configs/population.yaml configs/cluster/population_large_D.yaml" \
   run groupsparse estimate --configfile $pair > /dev/null
 done
 for overlay in configs/cluster/*.yaml configs/slices/*.yaml; do  # an overlay added without a line above fails here
-  case " population_large_D population_D64 practitioners_small_D practitioners_D16 practitioners_D24_stable practitioners_D24 " in *" $(basename "$overlay" .yaml) "*) ;; *)
+  case " population_large_D practitioners_D32 population_D64 practitioners_small_D practitioners_D16 practitioners_D24_stable practitioners_D24 " in *" $(basename "$overlay" .yaml) "*) ;; *)
     echo "documented-commands: $overlay is planned by no line of this script" >&2; exit 1 ;;
   esac
 done

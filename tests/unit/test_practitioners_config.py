@@ -16,6 +16,10 @@ from conftest import REPO
 
 CONFIG = REPO / "configs" / "practitioners.yaml"
 SCHEMA = yaml.safe_load((REPO / "src/groupsparse/config/config.schema.yaml").read_text())
+# the config's parts: the slices 2 cores afford and the cluster's overlay, each merged over it
+PARTS = sorted((REPO / "configs/slices").glob("practitioners_*.yaml")) + sorted(
+    (REPO / "configs/cluster").glob("practitioners_*.yaml")
+)
 
 
 def planned(tmp_path) -> dict[str, dict]:
@@ -74,8 +78,20 @@ def test_every_slice_run_at_a_level_of_the_full_config_is_that_configs_run():
 
     _, full = load_study([str(CONFIG)])
     levels = set(yaml.safe_load(CONFIG.read_text())["scaling"]["D_grid"])
-    for slice_ in sorted((REPO / "configs/slices").glob("practitioners_*.yaml")):
+    for slice_ in PARTS:
         _, part = load_study([str(CONFIG), str(slice_)])
         shared = [k for k in part if k != "base" and int(k.rsplit("_D", 1)[1]) in levels]
         assert shared, slice_.name
         assert all(part[k].spec == full[k].spec for k in shared), slice_.name
+
+
+def test_the_slices_and_the_cluster_overlay_together_are_the_whole_sweep():
+    """Every stability run of configs/practitioners.yaml is planned by one of its parts (the 2-core slices,
+    the cluster's D = 32 overlay), so their tables together are the full sweep's table."""
+    from groupsparse.commands.estimate import load_study
+
+    _, full = load_study([str(CONFIG)])
+    covered = set()
+    for part in PARTS:
+        covered |= {k for k in load_study([str(CONFIG), str(part)])[1] if k.startswith("stab_")}
+    assert {k for k in full if k.startswith("stab_")} <= covered
