@@ -21,6 +21,7 @@ class Clock:
 def test_progress_estimates_the_time_left_from_the_average_pace():
     clock, out = Clock(), stdio.StringIO()
     bar = Progress(100, "steps", every=5, stream=out, clock=clock)
+    bar.update(0)  # the first update starts the pace (pretraining reports step 0)
     clock.t = 10.0
     bar.update(25)  # 25 steps in 10 s: 75 left at that pace is 30 s
     clock.t = 11.0
@@ -29,10 +30,25 @@ def test_progress_estimates_the_time_left_from_the_average_pace():
     bar.update(100)  # the end is always printed
     lines = out.getvalue().splitlines()
     assert lines == [
+        "progress: 0/100 steps (0%), 0s elapsed",
         "progress: 25/100 steps (25%), 10s elapsed, about 30s left",
         "progress: 100/100 steps (100%), 40s elapsed",
     ]
     assert all(PATTERN.match(line) for line in lines)
+
+
+def test_a_resumed_job_estimates_from_its_own_pace():
+    """Resumed at step 60 of 100: 20 steps in the next 10 s leave 20 steps, about 10 s (not 60 + 20 steps
+    in 10 s, which would promise 2.5 s)."""
+    clock, out = Clock(), stdio.StringIO()
+    bar = Progress(100, "steps", every=5, stream=out, clock=clock)
+    bar.update(60)
+    clock.t = 10.0
+    bar.update(80)
+    assert out.getvalue().splitlines() == [
+        "progress: 60/100 steps (60%), 0s elapsed",
+        "progress: 80/100 steps (80%), 10s elapsed, about 10s left",
+    ]
 
 
 def _job(results, name, log_text, benchmark=False, age=0.0):

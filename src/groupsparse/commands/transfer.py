@@ -129,6 +129,7 @@ def progress_printer(total: int):
     from ..io.progress import Progress
 
     bar, done = Progress(total, "sample-fits"), [0]
+    bar.update(0)  # the pace starts here, before the first fit
 
     def say(msg: str) -> None:
         print("  " + msg, flush=True)

@@ -3,7 +3,9 @@
 One format, read back by `groupsparse status`:
     progress: 1200/3000 steps (40%), 12 s elapsed, about 18 s left
 The estimate assumes the remaining units cost what the finished ones did on average; a job
-whose units grow in cost (transfer: larger n) counts work units rather than items.
+whose units grow in cost (transfer: larger n) counts work units rather than items. The pace is
+measured from the first update on (its time and count): a job resumed at step 59000 of 110592 reports
+the pace of this process's steps, not 59000 steps in its first second.
 """
 
 from __future__ import annotations
@@ -36,16 +38,20 @@ class Progress:
         self.stream, self.clock = stream or sys.stdout, clock
         self.start = clock()
         self.last = None
+        self.first: tuple[float, int] | None = None  # (time, done) at the first update: where the pace starts
 
     def line(self, done: int) -> str:
         elapsed = self.clock() - self.start
         text = f"progress: {done}/{self.total} {self.unit} ({100 * done // self.total}%), {duration(elapsed)} elapsed"
-        if 0 < done < self.total:
-            text += f", about {duration(elapsed / done * (self.total - done))} left"
+        since, base = self.first if self.first is not None else (self.start, 0)
+        if base < done < self.total:
+            text += f", about {duration((self.clock() - since) / (done - base) * (self.total - done))} left"
         return text
 
     def update(self, done: int, force: bool = False) -> None:
         now = self.clock()
+        if self.first is None:
+            self.first = (now, done)
         if force or done >= self.total or self.last is None or now - self.last >= self.every:
             print(self.line(done), file=self.stream, flush=True)
             self.last = now
