@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import yaml
 
 from groupsparse.study import preflight
@@ -20,6 +21,13 @@ SCHEMA = yaml.safe_load((REPO / "src/groupsparse/config/config.schema.yaml").rea
 PARTS = sorted((REPO / "configs/slices").glob("practitioners_*.yaml")) + sorted(
     (REPO / "configs/cluster").glob("practitioners_*.yaml")
 )
+
+
+@pytest.fixture(autouse=True)
+def _away_from_results(tmp_path, monkeypatch):
+    """load_study checks who owns results/<study> under the working directory: a checkout that ran these
+    slices holds them (another config's copy of the same study), which is not what these tests are about."""
+    monkeypatch.chdir(tmp_path)
 
 
 def planned(tmp_path) -> dict[str, dict]:

@@ -28,10 +28,10 @@ from .inputs import (
 )
 from .n_star_shape import shape_claims
 from .online_form import online_form_claims
-from .pipeline_power import Level, fit_curve_model, mean_power, simulate_power
+from .pipeline_power import mean_power
 from .power import add_power
 from .predict import prediction_claims
-from .protocol import gap_of_curves, n_star_gap, paired_curves, protocol_claims
+from .protocol import gap_pipeline_power, n_star_gap, paired_curves, protocol_claims
 from .rows import claim_row
 from .sample_complexity import JointRecord, n_star_fits, online_error_fits
 from .scaling_laws import (
@@ -50,7 +50,6 @@ from .stats import (
     fmt_values,
     mean_interval,
     one_sided_low,
-    verdict,
 )
 from .theorem import concentration_claims, stability_claims
 
@@ -115,28 +114,6 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
 GAP_CLAIM = "{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})"
 
 
-def _gap_pipeline_power(pre, base, target: float, d: int, D: int, claim: str, s: Settings) -> float:
-    """Power of one sample-gap claim by simulation (:mod:`.pipeline_power`): logreg's fitted curve, and the
-    pretrained method's shape placed at the theory's n*_logreg (d + D) / (d D)."""
-    if s.pipeline_power_simulations <= 0:
-        return math.nan
-    levels = [Level(g, c.shape[0], fit_curve_model(g, c, s.test_size)) for g, c in (pre, base)]
-    if levels[1].model is None or not levels[1].model.reaches(target):
-        return math.nan  # logreg never reaches the target: no n* to place the theory's gap against
-    log_base = levels[1].model.log_n_star(target)
-    log_n = np.array([log_base - math.log(d * D / (d + D)), log_base])
-    pred = Prediction("greater", 0.0)
-
-    def judge(curves, rng):
-        g = gap_of_curves((pre[0], curves[0]), (base[0], curves[1]), target, rng, s.pipeline_power_boot)
-        return {claim: verdict(pred, g.low, g.high, blocker=g.blocker())[0]}
-
-    rng = numpy_generator("pipeline-power", s.study_seed, "sample_gap", claim)
-    return simulate_power(
-        levels, log_n, target, judge, {claim: "greater"}, s.pipeline_power_simulations, s.test_size, rng
-    )[claim]
-
-
 def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
     """log(n*_logreg / n*_pretrained) > 0 per run, downstream and target (:func:`.protocol.n_star_gap`)."""
     rows = []
@@ -174,7 +151,7 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                     )
                     theory_gap = ("the theory's log(d D / (d + D))", math.log(d * D / (d + D)))
                     pair = paired_curves(transfer, run, downstream, method, BASELINE_METHOD)
-                    sim = _gap_pipeline_power(*pair, target, d, D, claim, s)
+                    sim = gap_pipeline_power(pair, target, theory_gap[1], claim, "sample_gap", s)
                     rows.append(add_power(row, pred, *theory_gap, gap.se, gap.seeds - 1, s, pipeline=sim))
     return rows
 

@@ -22,13 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..config.seeding import numpy_generator
 from ..transfer.methods import registry
 from .fits import mean_curve_crossing
 from .inputs import downstreams, transfer_curves, without_role
+from .pipeline_power import Level, fit_curve_model, simulate_power
 from .power import add_power
 from .rows import claim_row
 from .settings import Settings
-from .stats import MIN_SEEDS, Prediction, bootstrap_generator, mean_interval, t_interval, widen
+from .stats import MIN_SEEDS, Prediction, bootstrap_generator, mean_interval, t_interval, verdict, widen
 
 KEPT, RESET = "pretrained", "zero"  # the values of the v_start setting
 
@@ -90,6 +92,30 @@ def gap_of_curves(pre, base, target: float, rng, n_boot: int) -> Gap:
     se = float(boot.std(ddof=1)) if boot.size > 1 else math.nan
     flags = bool(pre_above[0]), bool(pre_below[0]), bool(base_above[0]), bool(base_below[0])
     return Gap(float(gap[0]), lo, hi, se, int(k), *flags)
+
+
+def gap_pipeline_power(pair, target: float, log_gap: float, claim: str, kind: str, s: Settings) -> float:
+    """Power of a claim "the method needs fewer samples than the reference" (:func:`gap_of_curves`) by simulation
+    of the whole pipeline (:mod:`.pipeline_power`): both methods' fitted curves, the reference's crossing
+    where it was measured and the method's ``log_gap`` below it (the alternative), each study drawn, judged
+    by the same bootstrap and verdict. ``pair``: :func:`paired_curves`' ((grid, curves) method, reference)."""
+    if pair is None or s.pipeline_power_simulations <= 0:
+        return math.nan
+    levels = [Level(g, c.shape[0], fit_curve_model(g, c, s.test_size)) for g, c in pair]
+    if levels[1].model is None or not levels[1].model.reaches(target):
+        return math.nan  # the reference never reaches the target: no n* to place the gap against
+    log_reference = levels[1].model.log_n_star(target)
+    log_n = np.array([log_reference - log_gap, log_reference])
+    pred = Prediction("greater", 0.0)
+
+    def judge(curves, rng):
+        g = gap_of_curves((pair[0][0], curves[0]), (pair[1][0], curves[1]), target, rng, s.pipeline_power_boot)
+        return {claim: verdict(pred, g.low, g.high, blocker=g.blocker())[0]}
+
+    rng = numpy_generator("pipeline-power", s.study_seed, kind, claim)
+    return simulate_power(
+        levels, log_n, target, judge, {claim: "greater"}, s.pipeline_power_simulations, s.test_size, rng
+    )[claim]
 
 
 def n_star_gap(transfer, run, downstream, method, reference, target, s: Settings, identity: tuple) -> Gap | None:
@@ -161,7 +187,10 @@ def _pair_claims(g: pd.DataFrame, run, downstream, kept, reset, s: Settings) -> 
         )
         # the alternative: the reset saves a factor 2 in samples (no power where the data cannot decide)
         se = math.nan if gap.blocker() else gap.se
-        rows.append(add_power(row, pred, "a factor 2 fewer samples, log 2", math.log(2), se, gap.seeds - 1, s))
+        pair = paired_curves(g, run, downstream, reset, kept)
+        sim = gap_pipeline_power(pair, target, math.log(2), row["claim"], "protocol_gap", s)
+        alternative = ("a factor 2 fewer samples, log 2", math.log(2))
+        rows.append(add_power(row, pred, *alternative, se, gap.seeds - 1, s, pipeline=sim))
     rows.append(_alignment_claim(g, run, downstream, kept, reset, where, role, s, {"d": d, "D": D}))
     rows.append(_step_row(g, run, downstream, kept, where, role, {"d": d, "D": D}))
     return [r for r in rows if r is not None]

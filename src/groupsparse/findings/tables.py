@@ -45,12 +45,13 @@ SHIPPED = (
     # configs/population.yaml's D = 64 on 2 cores (the fit levels rerun bit for bit, D = 64 added)
     Shipped("population_D64", "configs/slices/population_D64.yaml", "docs/population_D64"),
     # configs/practitioners.yaml's levels 2 cores afford: D = 6, 8, 12 (eta(D) = 0.5 there), D = 16, and D = 24
-    # at eta(D) for two of its starts
+    # (at eta(D) for two of its starts, then the other eight variants)
     Shipped("practitioners_small_D", "configs/slices/practitioners_small_D.yaml", "docs/practitioners_small_D"),
     Shipped("practitioners_D16", "configs/slices/practitioners_D16.yaml", "docs/practitioners_D16"),
     Shipped(
         "practitioners_D24_stable", "configs/slices/practitioners_D24_stable.yaml", "docs/practitioners_D24_stable"
     ),
+    Shipped("practitioners_D24", "configs/slices/practitioners_D24.yaml", "docs/practitioners_D24"),
     # config.yaml again, on an Intel Xeon with AVX-512 (the README's default run is on an AMD EPYC without it;
     # the Xeon's ran at an earlier commit: the comparison says so and uses the current verdict rule)
     Shipped("default_intel_xeon", "config.yaml", "docs/results_intel_xeon", same_as="default"),

@@ -14,7 +14,7 @@ TITLE = "What does ordinary training do at large D?"
 STUDY = "theorem"
 POPULATION = "population"
 # configs/practitioners.yaml's slices that ran (their D levels together; a D in two slices is the same run)
-PRACTITIONERS = ("practitioners_small_D", "practitioners_D16", "practitioners_D24_stable")
+PRACTITIONERS = ("practitioners_small_D", "practitioners_D16", "practitioners_D24_stable", "practitioners_D24")
 FULL = "configs/practitioners.yaml"  # the sweep they are slices of
 LEVEL = " training reaches the theorem's level: min attention >= 1 - exp("
 # what the practitioners' table shows per run beside min attention (the claims' stability_by_D rows)
@@ -131,7 +131,8 @@ def _setting(spec: dict, eta: float) -> str:
 
 
 def _not_run(root, cells: dict[str, dict[int, str]]) -> str:
-    """'; not run here (a cluster's): D = 32 for every variant, D = 24 for 8 of the 10', from the full config."""
+    """'; not run here (a cluster's: `configs/cluster/practitioners_D32.yaml`): D = 32 for every variant', from the
+    full config, naming the cluster overlays that plan the missing runs."""
     import yaml
 
     path = root / FULL
@@ -147,7 +148,21 @@ def _not_run(root, cells: dict[str, dict[int, str]]) -> str:
             parts.append(
                 f"D = {D} for " + ("every variant" if len(names) == len(at) else f"{len(names)} of the {len(at)}")
             )
-    return f"; not run here (a cluster's): {', '.join(parts)}" if parts else ""
+    if not parts:
+        return ""
+    overlays = [  # the cluster overlays (configs/cluster/) that plan some of the missing runs
+        f"`{o.relative_to(root)}`"
+        for o in sorted((root / "configs/cluster").glob("*.yaml"))
+        if any(
+            D in (v or {}).get("D_grid", [])
+            for n, v in ((yaml.safe_load(o.read_text()) or {}).get("scaling", {}).get("stability", {}))
+            .get("variants", {})
+            .items()
+            for D, names in missing.items()
+            if n in names
+        )
+    ]
+    return f"; not run here (a cluster's{': ' + ', '.join(overlays) if overlays else ''}): {', '.join(parts)}"
 
 
 def _practitioner_runs(studies: dict[str, Tables]):
@@ -182,7 +197,11 @@ def _practitioner_runs(studies: dict[str, Tables]):
                 )
                 verdicts.setdefault(name, {})[D] = level["verdict"]
         added = sorted({D for row in cells.values() for D in row} - before)
-        configs.append(f"D = {listing(added)} (`{s.t.config_file}`)" if added else f"`{s.t.config_file}`")
+        if added or not configs:
+            configs.append([f"D = {listing(added)}" if added else "", [f"`{s.t.config_file}`"]])
+        else:  # more variants at levels an earlier slice ran: named beside that slice
+            configs[-1][1].append(f"`{s.t.config_file}`")
+    configs = [f"{Ds} ({', '.join(files)})" if Ds else ", ".join(files) for Ds, files in configs]
     return ran, cells, verdicts, settings, rules, configs, c, losses
 
 
