@@ -500,3 +500,17 @@ def test_the_tuned_adam_is_chosen_by_the_configs_rule_from_the_table(tmp_path):
     claims.to_csv(path, index=False)
     other = next(n for n in values if n != best)
     assert f"the lower mean eval loss at D = 8): `{other}`" in flat(readme.section(committed(root), root))
+
+
+def test_a_simulated_power_far_from_the_plug_in_shows_both():
+    """The verdict's power is the pipeline simulation's; where the plug-in differs by more than 0.1 the reader
+    sees both, so a plug-in that flatters (or undersells) a design is not hidden."""
+    from groupsparse.findings.tables import power
+
+    apart = {"power": 0.07, "power_pipeline": 0.07, "power_plugin": 0.34}
+    assert power(apart) == "power 0.07 (simulated; plug-in 0.34)"
+    close = {"power": 0.88, "power_pipeline": 0.88, "power_plugin": 0.93}
+    assert power(close) == "power 0.88"
+    plug_in_only = {"power": 0.5, "power_pipeline": math.nan, "power_plugin": 0.5}
+    assert power(plug_in_only) == "power 0.50"
+    assert power({"power": math.nan}) == "power n/a"
