@@ -13,6 +13,7 @@ from .tables import (
     FindingsError,
     Sources,
     Tables,
+    fold,
     image_tasks,
     interval,
     listing,
@@ -318,5 +319,6 @@ def summary(t: Tables) -> list[str]:
         by.setdefault(method, []).append(f"{target:.0%} {r['verdict']} ({power(r)})")
     if by:
         lines.append("joint fit n* ~ d^a D^b, a + b against d + D and dD:")
-        lines += [f"  {method}: {', '.join(cells)}" for method, cells in by.items()]
+        for method, cells in by.items():  # folded: a simulated power beside its plug-in makes a long line
+            lines += fold(f"  {method}: ", cells)
     return lines
