@@ -87,8 +87,8 @@ def test_the_readme_findings_regenerate_byte_identically_from_the_committed_tabl
 
 
 def test_the_pages_the_findings_name_regenerate_byte_identically():
-    pages = readme.pages(committed(REPO))
-    assert list(pages) == ["docs/ablations.md"]
+    pages = readme.pages(committed(REPO), REPO)
+    assert list(pages) == ["docs/studies.md", "docs/ablations.md"]
     for name, text in pages.items():
         assert (REPO / name).read_text() == text, "run `groupsparse snapshot --findings-only`"
 
@@ -417,13 +417,29 @@ def test_the_ablations_table_has_a_row_per_ablation_run_read_from_the_pretrainin
     pre = pd.read_csv(path)
     runs = pre.loc[pre["role"] == "ablation", "run"].tolist()
     shown = lambda text: re.findall(r"^\| `(ablation_\w+)` \|.*$", text, flags=re.M)  # noqa: E731
-    before = readme.pages(committed(REPO))["docs/ablations.md"]
+    before = readme.pages(committed(REPO), REPO)["docs/ablations.md"]
     assert shown(before) == ["ablation_none"] + sorted(r for r in runs if r != "ablation_none")
     pre.loc[pre["run"] == "ablation_iid_batches", "attention_min_on_relevant_mean"] = 0.123456
     pre.to_csv(path, index=False)
-    after = readme.pages(committed(root))["docs/ablations.md"]
+    after = readme.pages(committed(root), root)["docs/ablations.md"]
     row = lambda text: next(line for line in text.splitlines() if line.startswith("| `ablation_iid_batches` |"))  # noqa: E731
     assert row(after).split(" | ")[4] == "0.123" != row(before).split(" | ")[4]
+
+
+def test_the_studies_page_has_a_row_per_shipped_study_read_from_its_provenance(tmp_path):
+    """docs/studies.md names every shipped study once, with the CPU and commit of its committed
+    provenance: a changed provenance changes its row and no other."""
+    root = copied_repo(tmp_path)
+    rows = lambda text: {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}  # noqa: E731
+    before = rows(readme.studies_page(REPO))
+    assert set(before) == {"study"} | {s.name for s in SHIPPED}
+    path = root / "docs/population/tables/provenance.json"
+    prov = json.loads(path.read_text())
+    prov["git_commit"], prov["cpu"] = "abcdef0123", {"model": "A test CPU", "isa": ["sse4_2"]}
+    path.write_text(json.dumps(prov))
+    after = rows(readme.studies_page(root))
+    assert after["population"].endswith("| A test CPU (sse4_2) | abcdef0 |")
+    assert [k for k in before if before[k] != after[k]] == ["population"]
 
 
 def test_the_step_size_contrast_counts_the_practitioners_verdicts_from_their_tables(tmp_path):

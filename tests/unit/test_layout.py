@@ -216,6 +216,12 @@ def test_no_module_over_about_400_lines():
     assert long == {}
 
 
+def test_the_front_page_stays_within_400_lines():
+    """README.md is the front page: details go to docs/ (the findings' generator writes there too)."""
+    lines = (PACKAGE.parents[1] / "README.md").read_text().splitlines()
+    assert len(lines) <= 400, f"README.md has {len(lines)} lines: move details to docs/"
+
+
 def test_every_test_file_the_docs_and_scripts_name_exists():
     """A path like tests/unit/test_<name>.py in the README, the study, the code, the benchmarks or .ci must exist
     (the GPU script once ran tests from paths removed by a re-layout)."""
