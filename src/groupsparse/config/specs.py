@@ -31,12 +31,13 @@ _TASK = schema_defaults("task")
 _IMAGE_TASK = schema_defaults("task", kind="images")
 _MODEL = schema_defaults("model")
 _PRETRAIN = schema_defaults("pretrain")
+_FLOW = schema_defaults("flow")
 _TOP = schema_defaults()
 _LABELS = schema_defaults("run_labels")
 
 
 # Settings added after runs existed (see RunSpec.to_dict), by section.
-ADDED_SETTINGS = {"pretrain": ("eta_D_limit", "optimizer")}
+ADDED_SETTINGS = {"pretrain": ("eta_D_limit", "optimizer", "solver")}
 _SECTION_DEFAULTS = {"pretrain": _PRETRAIN}
 
 
@@ -246,6 +247,24 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class FlowSpec:
+    """Population gradient flow's settings (pretrain.solver: flow; the schema's $defs/flow)."""
+
+    samples: int = _FLOW["samples"]
+    eval_samples: int = _FLOW["eval_samples"]
+    nodes: int = _FLOW["nodes"]
+    method: str = _FLOW["method"]
+    rtol: float = _FLOW["rtol"]
+    atol: float = _FLOW["atol"]
+    records_per_octave: int = _FLOW["records_per_octave"]
+    targets_c: tuple = tuple(_FLOW["targets_c"])
+    implementation: str = _FLOW["implementation"]
+
+    def validate(self, where: str = "pretrain.flow") -> None:
+        object.__setattr__(self, "targets_c", tuple(float(c) for c in self.targets_c))
+
+
+@dataclass(frozen=True)
 class PretrainSpec:
     """Population gradient descent (defaults and their meaning: the schema's $defs/pretrain)."""
 
@@ -260,6 +279,8 @@ class PretrainSpec:
     eta_D_limit: float | None = _PRETRAIN["eta_D_limit"]
     gradient: str = _PRETRAIN["gradient"]
     optimizer: str = _PRETRAIN["optimizer"]
+    solver: str = _PRETRAIN["solver"]
+    flow: FlowSpec = field(default_factory=FlowSpec)
 
     def validate(self, where: str = "pretrain") -> None:
         require(
@@ -272,6 +293,11 @@ class PretrainSpec:
             self.gradient != "population" or self.optimizer == "gd",
             f"{where}.optimizer",
             "population mode is plain gradient descent on its subspace; use optimizer: gd",
+        )
+        require(
+            self.solver != "flow" or self.gradient == "population",
+            f"{where}.gradient",
+            f"solver: flow is population gradient descent's flow; set gradient: population, got {self.gradient}",
         )
 
     def step_size(self, D: int) -> float:
@@ -311,11 +337,13 @@ class RunSpec:
             task_name=raw["task_name"],
             task=_take(_task_class(raw.get("task")), raw.get("task"), "task"),
             model=_take(ModelSpec, raw.get("model"), "model"),
-            pretrain=_take(PretrainSpec, raw.get("pretrain"), "pretrain"),
+            pretrain=_pretrain(raw.get("pretrain")),
             **{key: raw[key] for key in ("dtype", "device", "run_name", "role", "variant") if key in raw},
         )
         if spec.pretrain.gradient == "population":
             check_population(spec)
+        if spec.pretrain.solver == "flow":
+            check_flow(spec)
         require(
             spec.task.NOT_ANTITHETIC is None or spec.pretrain.sampling == "iid",
             "pretrain.sampling",
@@ -326,8 +354,13 @@ class RunSpec:
     def to_dict(self) -> dict[str, Any]:
         """The spec as a dict: what spec files hold and the science hash reads. A setting added after
         runs existed is left out at its default, so earlier spec files keep their bytes and their
-        runs' checkpoints stay theirs (tests/unit/test_config_frozen_specs.py)."""
+        runs' checkpoints stay theirs (tests/unit/test_config_frozen_specs.py); the flow's settings
+        are left out of every run that does not use the flow."""
         out = asdict(self)
+        if self.pretrain.solver != "flow":
+            del out["pretrain"]["flow"]
+        else:
+            out["pretrain"]["flow"]["targets_c"] = list(out["pretrain"]["flow"]["targets_c"])
         for section, keys in ADDED_SETTINGS.items():
             for key in keys:
                 if out[section][key] == _SECTION_DEFAULTS[section][key]:
@@ -341,6 +374,29 @@ class RunSpec:
         for key in ("device", "role", "variant"):
             d.pop(key)
         return config_hash(d)
+
+
+def _pretrain(raw: dict[str, Any] | None) -> PretrainSpec:
+    """The pretraining section, its flow settings (a nested section) taken first."""
+    raw = dict(raw or {})
+    flow = _take(FlowSpec, raw.pop("flow", None), "pretrain.flow")
+    return _take(PretrainSpec, raw | {"flow": flow}, "pretrain")
+
+
+def check_flow(spec: RunSpec) -> None:
+    """The flow integrates the subspace's coefficients in float64 over a Gaussian law without label noise
+    (the mirror X -> -X and the label sign(x_j* . v*) fold the integral over x_j* . v* onto t >= 0)."""
+    require(spec.dtype == "float64", "dtype", "pretrain.solver: flow computes in float64; set dtype: float64")
+    require(
+        spec.task.label_noise == 0,
+        "task.label_noise",
+        f"pretrain.solver: flow needs labels without noise, got {spec.task.label_noise}",
+    )
+    require(
+        spec.task.sigma_x == 1.0,
+        "task.sigma_x",
+        f"pretrain.solver: flow integrates the standard normal law, got sigma_x = {spec.task.sigma_x}",
+    )
 
 
 def check_population(spec: RunSpec) -> None:
