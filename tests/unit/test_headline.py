@@ -82,11 +82,18 @@ def test_the_headline_figures_say_nothing_a_reader_cannot_use(committed_tables):
 
 def test_the_committed_headline_figures_are_the_tables_figures(committed_tables, tmp_path):
     """docs/figures/question*.png are what `groupsparse plot --headline` makes from the committed tables."""
+    from PIL import Image
+
     from groupsparse.cli import main
+    from groupsparse.figures.headline import png_metadata
 
     assert main(["plot", "--headline", "--docs", str(committed_tables), "--outdir", str(tmp_path)]) == 0
     for made in sorted(tmp_path.glob("question*.png")):
-        assert made.read_bytes() == (DOCS / "figures" / made.name).read_bytes(), made.name
+        committed = DOCS / "figures" / made.name
+        drawn_by = Image.open(committed).info.get("Software")
+        if drawn_by != png_metadata()["Software"]:  # another matplotlib draws other bytes from the same tables
+            pytest.skip(f"{committed} was drawn by {drawn_by}; regenerate: groupsparse plot --headline")
+        assert made.read_bytes() == committed.read_bytes(), f"{made.name}: regenerate: groupsparse plot --headline"
 
 
 def test_question1_takes_a_new_study_up_to_D_256(committed_tables, tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from ..data.kinds import DEFAULT_KIND
+from ..data.kinds import kind_of
 from . import figure_title, pyplot, save
 from .words import DOWNSTREAM_WORDS, GRADIENT_WORDS, method_label
 
@@ -60,8 +60,8 @@ def describe(spec: dict | None, run: str, study: dict | None = None) -> str:
     if not spec:
         return run
     t, p = spec["task"], spec["pretrain"]
-    kind = t.get("kind", DEFAULT_KIND)
-    data = "synthetic data" if kind == "synthetic" else "images"
+    # a kind that loads a dataset is real data (data.kinds declares it; no kind is named here)
+    data = f"{t.get('dataset', 'real')} images" if kind_of(t).loads_dataset else "synthetic data"
     sampling = {"antithetic": "antithetic batches", "iid": "i.i.d. batches"}.get(p["sampling"], p["sampling"])
     training = GRADIENT_WORDS.get(p.get("gradient", "auto"), "gradient descent")
     if p.get("optimizer") == "adam":
