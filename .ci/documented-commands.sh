@@ -35,6 +35,8 @@ run groupsparse review results/tiny
 run groupsparse review results/tiny --all > /dev/null
 run groupsparse review results/tiny --csv > /dev/null
 run groupsparse review docs/results
+run groupsparse plot --headline --outdir headline  # the four question figures from the committed tables
+for q in 1 2 3 4; do test -s headline/question$q.png; done
 run groupsparse status results/tiny --all
 run snakemake --report results/tiny/report.html --configfile configs/tiny.yaml
 test -s results/tiny/report.html

@@ -9,6 +9,7 @@ from test_scaling import synthetic_trajectories
 
 from groupsparse.analysis.claims import analyse
 from groupsparse.figures import pyplot, runs, scaling
+from groupsparse.figures.words import method_words
 
 
 def drawn_panels(fig) -> list:
@@ -32,10 +33,10 @@ def test_convergence_is_split_with_at_most_12_panels_and_no_all_censored_panel()
         fig = scaling.convergence_figure(records, descriptive=descriptive)
         panels = drawn_panels(fig)
         assert 0 < len(panels) <= scaling.MAX_PANELS
-        title = fig._suptitle.get_text()
+        title = fig._suptitle.get_text().replace("\u00a0", " ")
         for r in censored_only:
             if ("c" not in r.group) == descriptive:
-                assert "only censored seeds not drawn" in title and "d=40" in title
+                assert "only censored seeds not drawn" in title and "d = 40" in title
         pyplot().close(fig)
 
 
@@ -59,7 +60,8 @@ def test_transfer_legend_names_each_method_once_as_the_tables_do(tmp_path, monke
     monkeypatch.setattr(runs, "save", lambda fig, outdir, name: captured.setdefault(name, fig) and [])
     runs.transfer_accuracy(pd.DataFrame(rows), "t", tmp_path)
     legend_texts = [t.get_text() for leg in captured["transfer_accuracy"].legends for t in leg.get_texts()]
-    assert legend_texts == methods
+    # each method once, in words with the tables' name beside it, and the chance line
+    assert legend_texts == [f"{method_words(m)} ({m})" for m in methods] + ["chance (0.5)"]
 
 
 def test_a_study_gets_only_the_scaling_figures_it_has_data_for(tmp_path):

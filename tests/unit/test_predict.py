@@ -174,7 +174,7 @@ def test_a_diverged_seed_makes_its_cell_inconclusive(study, tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from groupsparse.figures.theorem import out_of_sample_figure
+    from groupsparse.figures.theorem import levels_from_trajectories, out_of_sample_figure
 
     traj, paths, spec, s = study
     predictions = io.read_parquet(_predict(paths, spec, s, tmp_path))
@@ -186,7 +186,7 @@ def test_a_diverged_seed_makes_its_cell_inconclusive(study, tmp_path):
     assert set(rows.loc[32, "verdict"]) == {"inconclusive"} and set(rows.loc[32, "why"]) == {"diverged"}
     assert set(rows.loc[24, "verdict"]) == {"descriptive"}
     assert set(claims.loc[claims["analysis"] == "law_test", "verdict"]) == {"inconclusive"}
-    fig = out_of_sample_figure(traj, predictions, s)
+    fig = out_of_sample_figure(levels_from_trajectories(traj, s), predictions)
     assert len([ax for ax in fig.axes if ax.has_data()]) == len(KAPPAS)
 
 
@@ -201,17 +201,3 @@ def test_prediction_intervals_of_a_three_parameter_law_cover(tmp_path):
     p = law_prediction("nested", Ds, Y, new_D)
     coverage = (np.abs(new - p["pred"]) <= p["half"]).mean(axis=0)
     assert np.all((coverage >= 0.92) & (coverage <= 0.98)), coverage
-
-
-def test_the_out_of_sample_title_names_every_fit_levels_step_size():
-    """The predictions table's eta rule (one eta per D) shortened for a panel title: runs of one eta kept
-    whole, so the last level's step size is never cut off."""
-    from groupsparse.figures.theorem import short_eta_rule
-
-    rule = "eta(D): D=4: 0.5, D=6: 0.5, D=8: 0.5, D=12: 0.5, D=16: 0.375"
-    assert short_eta_rule(rule) == "eta 0.5 at D = 4-12, 0.375 at D = 16"
-    assert (
-        short_eta_rule("eta(D): D=8: 0.5, D=16: 0.375, D=24: 0.25")
-        == "eta 0.5 at D = 8, 0.375 at D = 16, 0.25 at D = 24"
-    )
-    assert short_eta_rule("eta = 0.5") == "eta = 0.5"

@@ -235,7 +235,7 @@ def test_the_population_and_batch_figure_draws_every_run_of_a_D(tmp_path):
     adam = traj[traj["batch"] == 512].assign(run="adam_run", optimizer="adam", variant="adam")
     with_adam = theorem_figures.population_and_batch_figure(pd.concat([traj.assign(optimizer="gd"), adam]), s)
     axes = [ax for ax in with_adam.axes if ax.get_visible() and ax.has_data()]
-    assert len(axes[0].get_lines()) == 3 + 1 and "Adam runs left out (1)" in with_adam._suptitle.get_text()
+    assert len(axes[0].get_lines()) == 3 + 1 and "Not drawn: Adam" in with_adam._suptitle.get_text()
 
 
 def stability_runs(rate_early, rate_late, seeds=3):

@@ -51,6 +51,22 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def study_config(specs: list[str]) -> dict | None:
+    """The study's config, from the provenance of the first trajectory table that records it (the
+    aggregated table does); None for tables written outside a study."""
+    from ..io import files as io
+
+    for spec in specs:
+        path = spec.partition("=")[2] if "=" in spec and "/" not in spec.partition("=")[0] else spec
+        try:
+            study = io.read_provenance(path).get("study")
+        except io.InputError:
+            continue
+        if isinstance(study, dict):
+            return study
+    return None
+
+
 def read_named(specs: list[str], what: str):
     """Concatenate tables given as PATH or RUN=PATH, with a ``run`` column."""
     import pandas as pd
@@ -119,8 +135,9 @@ def run(args) -> int:
         scaled = traj[traj["role"] == "scaling"]
         table = by_D(scaled, analysis.crossings, settings) if len(scaled) else pd.DataFrame(columns=BY_D_COLUMNS)
         io.write_text_atomic(args.out_by_D, table.to_csv(index=False, float_format="%.6g"))
-    scaling_figures.write_all(analysis, args.figures, args.figure_names)
-    theorem_figures.write(traj[traj["role"] == "scaling"], predictions, settings, args.figures)
+    config = study_config(args.trajectories)  # the variants' settings, which name them in the figures
+    scaling_figures.write_all(analysis, args.figures, args.figure_names, config)
+    theorem_figures.write(traj[traj["role"] == "scaling"], predictions, settings, args.figures, config)
     counts = analysis.claims["verdict"].value_counts().to_dict()
     print(
         f"scaling: {len(analysis.fits)} fits, {len(analysis.claims)} claims {counts}, "

@@ -1,8 +1,9 @@
 """Figures of the scaling fits and the ablations (PNG + PDF, matplotlib Agg).
 
-Every panel shows the per-seed data (open markers: censored, i.e. a lower bound), the level
-statistic the fit uses (filled), the fitted line with its bootstrap band, and says in its
-title which configuration it is about.
+Every panel shows the per-seed data (a censored seed at its bound, with a marker and a legend entry
+saying which bound; one without a value at the panel's floor, never at a number), the level statistic
+the fit uses (hollow circles), the fitted line with its bootstrap band, and says in its title, in
+words, which configuration it is about.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import pandas as pd
 
 from ..analysis.claims import Analysis
 from ..analysis.concentration import law_comparison, rss
-from ..analysis.scaling_laws import ATTENTION_RESOLUTION, FitRecord
+from ..analysis.scaling_laws import ATTENTION_RESOLUTION, REACHED_AT_START, FitRecord
 from ..analysis.stats import CONFIDENCE, one_sided_low
 from . import empty_figure as _empty
+from . import figure_title, mark_at_floor, panel_title, save
 from . import panel_grid as _grid
-from . import save
 from .sample_complexity import online_error_figure, sample_complexity_figure
+from .words import method_words, metric_words, variant_label
 
 
 def _band(rec: FitRecord, xs: np.ndarray):
@@ -43,12 +45,18 @@ def fit_panel(
     theory_slope: float | None = None,
     x_label: str = "",
     y_label: str = "",
+    extra_title: str = "",
 ) -> None:
-    """Data, level statistics, fitted line, bootstrap band; axes in natural units on log scales."""
+    """Data, level statistics, fitted line, bootstrap band; axes in natural units on log scales.
+
+    A censored seed is drawn at its bound with a marker that says which bound: not reached by the
+    run's end (a lower bound, at the run's last record) or reached before the first record (an
+    upper bound with no time measured: at the panel's floor, never at a number)."""
     tx = np.exp if x_exp else (lambda v: v)
     ty = np.exp if y_exp else (lambda v: v)
     pts, f = rec.points, rec.fit
-    ok, cens = pts[~pts["censored"].astype(bool)], pts[pts["censored"].astype(bool)]
+    censored = pts["censored"].astype(bool)
+    ok, cens = pts[~censored], pts[censored]
     if len(ok):
         ax.scatter(
             tx(ok["x"]),
@@ -58,17 +66,27 @@ def fit_panel(
             label="seeds" if (pts["seed"] >= 0).any() else "seed-mean curve",
             zorder=2,
         )
-    if len(cens):
+    reasons = cens["reason"].astype(str) if "reason" in cens.columns else pd.Series("", cens.index)
+    at_start = reasons.str.startswith(REACHED_AT_START)
+    bounded = cens[~at_start]
+    if len(bounded):
         ax.scatter(
-            tx(cens["x"]),
-            ty(cens["y"]),
+            tx(bounded["x"]),
+            ty(bounded["y"]),
             s=30,
             marker="^",
             facecolors="none",
             edgecolors="C3",
-            label="censored (lower bound)",
+            label="not reached by the run's end\n(drawn at its last record: a lower bound)",
             zorder=3,
         )
+    mark_at_floor(
+        ax,
+        tx(cens.loc[at_start, "x"]),
+        marker="v",
+        color="C3",
+        label="reached before the first record\n(no time measured: drawn at the floor)",
+    )
     used = f.used
     # hollow, so the seeds under it stay visible
     ax.scatter(
@@ -78,7 +96,7 @@ def fit_panel(
         facecolors="none",
         edgecolors="C0",
         lw=1.5,
-        label="level statistic",
+        label="level statistic (fitted)",
         zorder=4,
     )
     if np.isfinite(f.slope):
@@ -99,7 +117,7 @@ def fit_panel(
             )
     if x_exp:
         ax.set_xscale("log")
-        ticks = np.unique(np.exp(f.x))
+        ticks = np.unique(np.exp(pts["x"]))
         ax.set_xticks(ticks, [f"{t:.3g}" for t in ticks])
         ax.minorticks_off()
     if y_exp:
@@ -107,18 +125,22 @@ def fit_panel(
     ax.set_xlabel(x_label or rec.x_name)
     ax.set_ylabel(y_label or rec.y_name)
     blocker = f.blocker()
-    why = textwrap.shorten(f"inconclusive: {blocker}", 70, placeholder="...") if blocker and rec.claim else ""
-    ax.set_title(_title(rec) + (f"\n({why})" if why else ""), fontsize=9)
+    why = f"\n(no verdict: {blocker})" if blocker and rec.claim else ""
+    panel_title(ax, _title(rec) + why + (f"\n{extra_title}" if extra_title else ""))
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
 
 
 def _title(rec: FitRecord) -> str:
-    g = {k: v for k, v in rec.group.items() if k not in ("quantity", "threshold", "at")}
-    cfg = ", ".join(f"{k}={v}" for k, v in g.items())
+    """What the panel is about in words (d, the method), and how many levels and seeds it rests on."""
+    g = rec.group
+    about = [f"d = {g['d']}"] if "d" in g else []
+    if g.get("method"):
+        about.append(method_words(str(g["method"])))
     seeds = sorted(set(int(k) for k in rec.fit.seeds))
+    each = f"{seeds[0]} seeds each" if len(seeds) == 1 else f"{min(seeds)}-{max(seeds)} seeds each"
     # the levels are the points on the panel: count them, do not list them (long lists ran into the next panel)
-    return f"{rec.label}; {cfg}\n{len(rec.fit.names)} levels; seeds/level {seeds}"
+    return f"{rec.label}; {', '.join(about)}\n{len(rec.fit.names)} values of D, {each}"
 
 
 MAX_PANELS = 12  # a figure with more panels is unreadable on a screen: split it (or say what is left out)
@@ -146,8 +168,8 @@ def _not_drawn(dropped: list[FitRecord], extra: list[FitRecord]) -> str:
 
 
 def _short(rec: FitRecord) -> str:
-    g = {k: v for k, v in rec.group.items() if k not in ("quantity", "at")}
-    return f"{rec.label} ({', '.join(f'{k}={v}' for k, v in g.items())})"
+    g = {k: v for k, v in rec.group.items() if k not in ("quantity", "at", "c", "threshold")}
+    return f"{rec.label} ({', '.join(f'{k} = {v}' for k, v in g.items())})"
 
 
 def convergence_figure(records: list[FitRecord], descriptive: bool = False):
@@ -164,25 +186,28 @@ def convergence_figure(records: list[FitRecord], descriptive: bool = False):
         return _empty(f"steps to {what} vs D", "no runs with role scaling" + _not_drawn(dropped, extra))
     fig, axes = _grid(len(records))
     for ax, rec in zip(axes, records):
-        fit_panel(ax, rec, x_exp=True, y_exp=True, theory_slope=3.0, x_label="D (groups)", y_label="steps T")
         if "c" not in rec.group:  # a fixed threshold
-            ax.set_title(
-                ax.get_title() + "\n(descriptive rate: the theorem bounds no fixed-threshold time)", fontsize=8
-            )
+            note = "descriptive rate: the theorem bounds no fixed-threshold time"
         else:
             f = rec.fit
             low = one_sided_low(f.slope, f.boot_slope, f.dof)
-            ax.set_title(
-                ax.get_title() + f"\none-sided {CONFIDENCE:.0%} lower bound {low:.2f} (a rate; the bound's constant "
-                "kappa_c is the claim)",
-                fontsize=8,
-            )
+            note = f"slope >= {low:.2f} (one-sided {CONFIDENCE:.0%}; a rate: the claim is the constant kappa_c)"
+        fit_panel(
+            ax,
+            rec,
+            x_exp=True,
+            y_exp=True,
+            theory_slope=3.0,
+            x_label="D (groups)",
+            y_label="flow time tau = eta x steps",
+            extra_title=note,
+        )
     title = (
-        "Steps until the mean attention on j* (or the loss) first reaches a fixed threshold (descriptive rates)"
+        "Flow time until the mean attention on j* (or the loss) first reaches a fixed threshold (descriptive rates)"
         if descriptive
-        else "Steps until min over queries of S[j*, j] >= 1 - exp(-c D) (theorem: O(D^3) steps suffice)"
+        else "Flow time until min over queries of S[j*, j] >= 1 - exp(-c D) (theorem: O(D^3) suffices)"
     )
-    fig.suptitle(title + "; dashed: slope 3 through the fit's centre" + _not_drawn(dropped, extra))
+    figure_title(fig, title + "; dashed: slope 3 through the fit's centre" + _not_drawn(dropped, extra))
     return fig
 
 
@@ -193,16 +218,20 @@ def concentration_panel(ax, exp_rec: FitRecord, pow_rec: FitRecord, comparison: 
     cens = pts[pts["censored"].astype(bool)]
     if len(ok):
         ax.scatter(ok["x"], np.exp(ok["y"]), s=14, color="0.45", label="seeds", zorder=2)
-    if len(cens):  # no value (beyond the run, or under float resolution): marked at the resolution floor
+    reasons = cens["reason"].astype(str) if "reason" in cens.columns else pd.Series("", cens.index)
+    below = reasons.str.startswith("below")
+    if below.any():  # 1 - min attention under float32's resolution: an upper bound, drawn at that bound
         ax.scatter(
-            cens["x"],
-            np.full(len(cens), ATTENTION_RESOLUTION),
+            cens.loc[below, "x"],
+            np.full(int(below.sum()), ATTENTION_RESOLUTION),
             marker="v",
             facecolors="none",
             edgecolors="C3",
-            label=f"censored (drawn at {ATTENTION_RESOLUTION:g})",
+            label=f"below float32 resolution\n(drawn at its bound {ATTENTION_RESOLUTION:g})",
             zorder=3,
         )
+    # diverged, or the run ended before this flow time: no value at all
+    mark_at_floor(ax, cens.loc[~below, "x"], marker="x", color="C3", label="no value (diverged or run too short)")
     used = f.used
     ax.scatter(
         f.x[used],
@@ -228,12 +257,13 @@ def concentration_panel(ax, exp_rec: FitRecord, pow_rec: FitRecord, comparison: 
     ax.set_yscale("log")
     ax.set_xticks(np.unique(f.x), [f"{v:g}" for v in np.unique(f.x)])
     ax.set_xlabel("D (groups)")
-    ax.set_ylabel(exp_rec.y_name.removeprefix("log(").removesuffix(")"))
+    ax.set_ylabel("1 - min over queries of attention on j*")
     decision = f"; better law: {comparison['decision']}" if comparison else ""
     blocker = f.blocker()
-    ax.set_title(
-        f"d={exp_rec.group['d']}, steps {exp_rec.group['at']}{decision}"
-        + (f"\n(inconclusive: {blocker})" if blocker else ""),
+    panel_title(
+        ax,
+        f"d = {exp_rec.group['d']}, at flow time {exp_rec.group['at']}{decision}"
+        + (f"\n(no verdict: {blocker})" if blocker else ""),
         fontsize=9,
     )
     ax.legend(fontsize=7)
@@ -253,18 +283,21 @@ def concentration_figure(records: list[FitRecord]):
     fig, axes = _grid(len(keys))
     for ax, k in zip(axes, keys):
         concentration_panel(ax, pairs[k]["exponential"], pairs[k]["power"], comparisons.get(k))
-    fig.suptitle(
-        "1 - min over queries of S[j*, j] at steps kappa D^3: theorem exp(-Theta(D)) (solid) vs a power of D (dashed)"
+    figure_title(
+        fig,
+        "1 - min over queries of S[j*, j] at flow time kappa D^3: the theorem's exp(-Theta(D)) (solid) "
+        "against a power of D (dashed)",
     )
     return fig
 
 
-def ablations_figure(table: pd.DataFrame):
+def ablations_figure(table: pd.DataFrame, config: dict | None = None):
+    """Per metric (and transfer size), every ablation's mean with its interval beside the reference run's."""
     if table is None or not len(table):
         return _empty("ablations", "no ablation runs")
     table = table.assign(
         what=[
-            m if not meth else f"{m} ({meth}, n={n})"
+            metric_words(m) if not meth else f"{metric_words(m)}: {method_words(meth)}, n = {n:g}"
             for m, meth, n in zip(table["metric"], table["method"], table["n"])
         ]
     )
@@ -274,20 +307,26 @@ def ablations_figure(table: pd.DataFrame):
         t = table[table["what"] == what].reset_index(drop=True)
         y = np.arange(len(t))
         err = np.vstack([t["mean"] - t["low"], t["high"] - t["mean"]]).clip(min=0)
-        ax.errorbar(t["mean"], y, xerr=err, fmt="o", color="C0", capsize=3)
+        ax.errorbar(
+            t["mean"], y, xerr=err, fmt="o", color="C0", capsize=3, label=f"mean, {CONFIDENCE:.0%} interval over seeds"
+        )
         base = t["baseline_mean"].dropna()
         if len(base):
-            ax.axvline(base.iloc[0], color="C3", ls="--", lw=1, label="baseline")
-            ax.legend(fontsize=7)
-        ax.set_yticks(y, [f"{a} ({k} seeds)" for a, k in zip(t["ablation"], t["n_seeds"])], fontsize=7)
-        ax.set_title(f"{what}\nmean and {CONFIDENCE:.0%} interval over seeds", fontsize=9)
+            ax.axvline(base.iloc[0], color="C3", ls="--", lw=1, label="the reference run (no change)")
+        ax.set_yticks(
+            y, [f"{variant_label(a, config)}, {k} seeds" for a, k in zip(t["ablation"], t["n_seeds"])], fontsize=7
+        )
+        panel_title(ax, what, fontsize=9)
         ax.grid(alpha=0.3)
-    fig.suptitle("Ablations beside the baseline")
+    # one legend below the panels: inside one it covered the bottom row
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
+    figure_title(fig, "Ablations: one change to the base task at a time, beside the reference run")
     return fig
 
 
-def write_all(analysis: Analysis, directory, names=None) -> list[Path]:
-    """The scaling figures (``names``: those of them to draw; None: every one) as PNG and PDF."""
+def write_all(analysis: Analysis, directory, names=None, config: dict | None = None) -> list[Path]:
+    """The scaling figures (``names``: those of them to draw; None: every one) as PNG and PDF;
+    ``config``: the study's config, whose variants' settings name them in words."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     by = lambda name: [r for r in analysis.fits if r.analysis == name]  # noqa: E731
@@ -299,7 +338,7 @@ def write_all(analysis: Analysis, directory, names=None) -> list[Path]:
             [r for r in analysis.joint if r.analysis == "sample_complexity"]
         ),
         "online_error": lambda: online_error_figure([r for r in analysis.joint if r.analysis == "online_error"]),
-        "ablations": lambda: ablations_figure(analysis.ablations),
+        "ablations": lambda: ablations_figure(analysis.ablations, config),
     }
     wanted = [n for n in figures if names is None or n in names]
     return [p for name in wanted for p in save(figures[name](), directory, name)]
