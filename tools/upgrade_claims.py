@@ -220,6 +220,8 @@ def upgraded(folder: Path) -> tuple[pd.DataFrame, dict[str, str]]:
             row.update(analysis=analysis, question=question, quantity=quantity)
         if statement == "bound_constant":
             about = _bound(about, r, by, f)
+        if statement == "n_star_shape":
+            about = _shape(about, str(r.get("config", "")))
         about = _settings_from_tables(statement, about, r, by)
         if statement == "law_test":
             about = replace(about, subject=_law_of(r["verdict"], r.get("why")))
@@ -278,6 +280,16 @@ def _bound(about: About, r: dict, by, f: dict) -> About:
         q = q[q["quantity"] == f"flow time until min attention >= 1 - exp(-{f['c']:g} D)"]
         seeds = float(q["seeds"].iloc[0]) if len(q) else math.nan
     return replace(about, D=D_top, D_grid=grid_text(levels), replicates=seeds)
+
+
+def _shape(about: About, config: str) -> About:
+    """The n* shape's exponent of D with its interval, the regions and the grid's D, from its config column."""
+    m = re.match(r"a = \S+ \[\S+, \S+\], b = (\S+) \[(\S+), (\S+)\] \(two-sided 95%\); (.*?); levels (.*)", config)
+    Ds = sorted({int(x) for x in re.findall(r"D=(\d+)", m.group(5))})
+    b, low, high = (float(m.group(i)) for i in (1, 2, 3))
+    return replace(
+        about, exponent_b=b, exponent_b_low=low, exponent_b_high=high, regions=m.group(4), D_grid=grid_text(Ds)
+    )
 
 
 def _settings_from_tables(statement: str, about: About, r: dict, by) -> About:
