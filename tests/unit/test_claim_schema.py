@@ -85,3 +85,55 @@ def test_the_analysis_writes_rows_whose_text_is_their_typed_columns():
     assert list(claims.columns) == CLAIM_COLUMNS and len(claims) > 10
     for _, row in claims.iterrows():
         assert claim_text(row["statement"], about_of(row)) == row["claim"]
+
+
+TEXT_COLUMNS = {"claim", "prediction", "why", "config", "theory", "alternative"}  # display text, never read back
+READING = {"split", "rsplit", "partition", "rpartition", "startswith", "endswith", "removeprefix", "removesuffix",
+           "find", "rfind", "index", "contains", "match", "fullmatch", "search", "findall", "extract"}  # fmt: skip
+
+
+def text_reads(tree) -> list[int]:
+    """Lines where a string method or a regex reads a claims table's text column (x["claim"].split(...),
+    str(r["why"]).startswith(...), c["claim"].str.contains(...), re.search(..., r["config"]))."""
+    import ast
+
+    def names_text(node) -> bool:
+        return any(
+            isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value in TEXT_COLUMNS
+            for n in ast.walk(node)
+        )
+
+    lines = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        f = node.func
+        method = f.attr in READING and names_text(f.value)
+        regex = isinstance(f.value, ast.Name) and f.value.id == "re" and any(names_text(a) for a in node.args)
+        if method or regex:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_nothing_in_the_package_reads_a_claims_text():
+    """No module parses a claim's (or its prediction's, its why's, its config's) text: the typed columns say
+    everything a reader needs. (The one-time upgrade of the tables committed before them, tools/, is not
+    part of the package.)"""
+    import ast
+
+    from test_layout import PACKAGE
+
+    found = {
+        str(p.relative_to(PACKAGE)): lines
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if (lines := text_reads(ast.parse(p.read_text())))
+    }
+    assert found == {}
+
+
+def test_the_text_check_sees_a_read():
+    import ast
+
+    code = 'a = r["claim"].split(": ")\nb = str(row["why"]).startswith("x")\nc = re.search("x", r["config"])\n'
+    code += 'd = c["claim"].astype(str).str.contains("x")\ne = r["verdict"].startswith("x")\n'
+    assert text_reads(ast.parse(code)) == [1, 2, 3, 4]

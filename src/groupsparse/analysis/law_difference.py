@@ -179,12 +179,10 @@ def law_difference_rows(about: About, level_stats: dict, p_cell, blockers: list[
     return rows
 
 
-def law_rate_rows(about: About, fit, s: Settings) -> list[dict]:
-    """Per law with a rate (:data:`RATE_COLUMN`): its c of exp(-c D) fitted on the fit levels (``fit``: their
-    :func:`.predict.rest_values` rows), with its t interval; 'holds' when c > 0 (an exp(-Theta(D)) law)."""
-    from .predict import fit_levels
-
-    Ds, Y, censored = fit_levels(fit)
+def law_rate_rows(about: About, Ds, Y, censored: list[str], s: Settings) -> list[dict]:
+    """Per law with a rate (:data:`RATE_COLUMN`): its c of exp(-c D) fitted on the fit levels ``Ds`` (the seeds'
+    log r ``Y``, levels x seeds, as :func:`.predict.fit_levels` gives them), with its t interval; 'holds' when
+    c > 0 (an exp(-Theta(D)) law)."""
     rows = []
     for law in s.laws:
         if law not in RATE_COLUMN or Ds.size < design(law, Ds)[0].shape[1] + 1 or Y.shape[-1] < 2:

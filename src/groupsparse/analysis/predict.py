@@ -267,7 +267,8 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
         tested = replace(about, D_grid=grid_text(sorted(measured)), replicates=_fewest(level_stats))
         rows.append(_verdict_row(tested, where, p_cell, errors, measured, blockers, fit, s))
         rows += law_difference_rows(tested, level_stats, p_cell, blockers, s)
-        rows += law_rate_rows(replace(about, replicates=float(fit_levels(fit)[1].shape[-1])), fit, s)
+        Ds, Y, censored = fit_levels(fit)
+        rows += law_rate_rows(replace(about, replicates=float(Y.shape[-1]) if Y.size else 0.0), Ds, Y, censored, s)
     return rows
 
 
