@@ -142,4 +142,6 @@ def test_the_report_front_page_is_the_description_then_the_summary(tmp_path):
     # line blocks: each line of the summary kept, wrapped to the window (a literal block would cut them)
     assert page.startswith("The study.\n\nThis run\n--------\n\n| review of ")
     summary = "\n".join(review.summary_lines(results))
-    assert "\n".join(line[2:] for line in page.split("--------\n\n", 1)[1].splitlines()) == summary
+    shown = page.split("--------\n\n", 1)[1].split("\n\n.. raw:: html", 1)[0]
+    assert "\n".join(line[2:] for line in shown.splitlines()) == summary
+    assert "align-items: flex-start" in page  # the landing view starts at the top, not centred

@@ -237,11 +237,23 @@ def _trimmed(blocks: list[list[str]], limit: int) -> list[str]:
     return [line for b in blocks for line in b][:limit]
 
 
+# The report's landing view centres its content in a full-height box (blank above a short page, the top cut
+# off a tall one) and keeps the description to a narrow column: the front page sets it to start at the top
+# and use the window's width.
+FRONT_STYLE = """.. raw:: html
+
+   <style>
+   .h-screen.overflow-auto.items-center { align-items: flex-start; justify-content: flex-start; }
+   .prose.max-w-lg { max-width: min(110ch, 100%); }
+   </style>
+"""
+
+
 def front_page(intro: str, summary: str) -> str:
     """The HTML report's front page (reStructuredText): the study's description, then this run's summary as
-    line blocks, which keep the summary's lines and wrap them to the window (a literal block cuts them)."""
+    line blocks, which keep the summary's lines and wrap them to the window (a literal block cut them)."""
     lines = [f"| {line.rstrip()}" if line.strip() else "|" for line in summary.splitlines()]
-    return intro.rstrip() + "\n\nThis run\n--------\n\n" + "\n".join(lines) + "\n"
+    return intro.rstrip() + "\n\nThis run\n--------\n\n" + "\n".join(lines) + "\n\n" + FRONT_STYLE
 
 
 def run(args) -> int:

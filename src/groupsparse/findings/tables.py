@@ -37,7 +37,7 @@ class Shipped:
         return f"{self.page}/tables"
 
 
-# The README's findings read these studies' committed tables.
+# The findings (docs/findings.md, the README's answers) read these studies' committed tables.
 SHIPPED = (
     Shipped("default", "config.yaml", "docs/results"),
     Shipped("population", "configs/population.yaml", "docs/population"),
