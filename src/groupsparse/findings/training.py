@@ -117,6 +117,7 @@ def context(studies: dict[str, Tables]) -> dict | None:
     fails_stable = [v for v in runs if v["fails_stable"]]
     past_edge = [v for v in runs if v["fails_past_edge"] and not v["fails_stable"]]
     failing = [(v, D) for v in runs for D in v["fails"]]
+    beyond = [v for v in runs if v["optimizer"] != "adam" and any(v["at"][D]["stable"] is False for D in v["Ds"])]
     used = [s for s in STUDIES if any(s in v["studies"] for v in runs)]
     seeds = {s: int(studies[s].config["scaling"]["stability"]["seeds"]) for s in used}
     return {
@@ -131,6 +132,7 @@ def context(studies: dict[str, Tables]) -> dict | None:
         "adam": [v for v in runs if v["optimizer"] == "adam"],
         "practitioners_D": sorted({D for v in runs if v["study"].startswith("practitioners") for D in v["Ds"]}),
         "past_edge": past_edge,
+        "all_fail_past_edge": bool(beyond) and all(v["fails_past_edge"] for v in beyond),
         "v2_ratios": [v["at"][D]["v2_ratio"] for v, D in failing if math.isfinite(v["at"][D]["v2_ratio"])],
         "eval_losses": [v["at"][D]["eval_loss"] for v, D in failing if math.isfinite(v["at"][D]["eval_loss"])],
         "stable_edge": STABLE_EDGE,
