@@ -72,6 +72,20 @@ def listing(values, word: str = "and") -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {word} " + items[-1]
 
 
+# the algorithms' short names on the pages (a claims row's typed ``algorithm``; an unknown one reads as its code)
+ALGORITHMS = {"population": "population GD", "batch": "batch GD", "autograd": "autograd GD", "adam": "Adam"}
+
+
+def algorithm(code: str) -> str:
+    return ALGORITHMS.get(str(code), str(code))
+
+
+def first_upper(text: str) -> str:
+    """The text with its first letter a capital (a template's clause opening a sentence)."""
+    text = str(text).strip()
+    return text[:1].upper() + text[1:]
+
+
 def anchor(title: str) -> str:
     """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
     return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
@@ -90,6 +104,8 @@ def environment():
         autoescape=False,
     )
     env.filters |= {"num": num, "sig": sig, "iv": iv, "ns": ns, "pw": pw, "listing": listing, "anchor": anchor}
+    env.filters["first_upper"] = first_upper
+    env.filters["algorithm"] = algorithm
     return env
 
 

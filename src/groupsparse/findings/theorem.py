@@ -64,6 +64,7 @@ def law_cells(t: Tables, variant: str) -> list[dict]:
                 "replicates": _float(test["replicates"]),
                 "batch": _float(test["batch"]),
                 "eta_rule": str(test["eta_rule"]),
+                "algorithm": str(test["algorithm"]),
                 "diffs": diffs,
                 "rates": rates,
             }
