@@ -427,10 +427,10 @@ def test_the_training_table_reads_each_variants_verdicts_from_its_tables(tmp_pat
     at = (claims["statement"] == "reaches_level") & (claims["variant"] == "separate_etaD") & (claims["D"] == 16)
     assert at.sum() == 1 and claims.loc[at, "verdict"].iloc[0] == "does not hold"
     row = lambda text: next(x for x in text.splitlines() if "(`separate_etaD`) |" in x)  # noqa: E731
-    assert row(readme.findings_page(committed(REPO))).endswith("| – | 16, 24 | – |")
+    assert row(readme.findings_page(committed(REPO))).endswith("| 3 | – | 16, 24 | – |")
     claims.loc[at, "verdict"] = "holds"
     claims.to_csv(path, index=False)
-    assert row(readme.findings_page(committed(root))).endswith("| 16 | 24 | – |")
+    assert row(readme.findings_page(committed(root))).endswith("| 3 | 16 | 24 | – |")
 
 
 def test_runs_at_two_commits_are_compared_under_the_current_verdict_rule(tmp_path):

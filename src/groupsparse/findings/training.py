@@ -70,7 +70,8 @@ def variants(studies: dict[str, Tables]) -> list[dict]:
             continue
         for name in names:
             spec = _spec(t, name)
-            v = out.setdefault(name, spec | {"name": name, "study": study, "studies": [], "at": {}})
+            seeds = int(t.config["scaling"]["stability"]["seeds"])
+            v = out.setdefault(name, spec | {"name": name, "study": study, "studies": [], "at": {}, "seeds": seeds})
             for _, r in t.claims(statement="reaches_level", variant=name).iterrows():
                 D = int(r["D"])
                 if D in v["at"]:
