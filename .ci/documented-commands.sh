@@ -44,9 +44,10 @@ run groupsparse summary results/tiny/tables/summary.parquet --where run=base --w
 run groupsparse snapshot --results results/tiny --docs snapshot/results --out snapshot/results.md --wall-seconds 60 \
   --allow-dirty  # this copy is no git checkout: its numbers come from no commit
 test -s snapshot/results.md && test -s snapshot/results/tables/summary.csv
-cp README.md README.before
+cp README.md README.before && cp docs/findings.md findings.before
 run groupsparse snapshot --findings-only
-cmp README.md README.before  # the committed tables regenerate the README's findings byte for byte
+cmp README.md README.before  # the committed tables regenerate the README's answers byte for byte
+cmp docs/findings.md findings.before  # and the findings
 
 # The theorem test's hand-run form: a small scaling study's fixed predictions (rule predict) checked
 # against a pretraining run made outside its DAG with `groupsparse pretrain`, at a predicted D.

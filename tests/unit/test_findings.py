@@ -1,7 +1,8 @@
-"""The README's findings section is generated from the committed tables (docs/*/tables/*.csv):
-regenerating it gives the README's bytes, every number in it is a committed table's value (or its
-config's) at the precision shown, the committed tables agree with the results pages that show them,
-and a finding whose claim is missing stops the generator naming the claim."""
+"""The findings (docs/findings.md) and the README's answers table are generated from the committed tables
+(docs/*/tables/*.csv) through the templates: regenerating them gives their bytes, every number in them is a
+committed table's value (or its config's) at the precision shown, the committed tables agree with the
+results pages that show them, a claim a finding needs and does not find stops the generator naming it, and
+no claim's text is read: the answers follow the typed columns alone."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ NUMBER = re.compile(r"(?<![\w.^])(\d+(?:\.\d+)?(?:e-?\d+)?)(%?)")
 
 
 def section_text() -> str:
-    return readme.current((REPO / "README.md").read_text())
+    """What the generator writes for a reader: docs/findings.md and the README's answers table."""
+    return (REPO / "docs" / "findings.md").read_text() + "\n" + readme.current((REPO / "README.md").read_text())
 
 
 def numbers_in(text: str) -> list[str]:
@@ -82,13 +84,17 @@ def unsupported(tokens: list[str], values: list[float]) -> list[str]:
     return bad
 
 
-def test_the_readme_findings_regenerate_byte_identically_from_the_committed_tables():
-    assert readme.section(committed(REPO), REPO) == section_text(), "run `groupsparse snapshot --findings-only`"
+def test_the_findings_and_the_readme_answers_regenerate_byte_identically_from_the_committed_tables():
+    studies = committed(REPO)
+    assert readme.answers_table(studies) == readme.current((REPO / "README.md").read_text()), (
+        "run `groupsparse snapshot --findings-only`"
+    )
+    assert readme.findings_page(studies) == (REPO / "docs" / "findings.md").read_text()
 
 
 def test_the_pages_the_findings_name_regenerate_byte_identically():
     pages = readme.pages(committed(REPO), REPO)
-    assert list(pages) == ["docs/studies.md", "docs/ablations.md"]
+    assert list(pages) == ["docs/findings.md", "docs/studies.md", "docs/ablations.md"]
     for name, text in pages.items():
         assert (REPO / name).read_text() == text, "run `groupsparse snapshot --findings-only`"
 
@@ -107,13 +113,29 @@ def test_the_number_check_sees_a_number_no_table_has():
     assert numbers_in("[x](docs/a1.csv) `pretrained_frozen_W_v0` float32\n**1. Q** 1e-6 90%") == ["1e-6", "90%"]
 
 
-def test_every_question_and_bullet_names_its_tables_and_config():
-    text = section_text().split("\n\n", 2)[2]  # after the marker and the introduction
-    parts = [p for p in re.split(r"\n(?=- |\*\*\d\. )|\n\n", text) if p.startswith(("- ", "**"))]
-    assert len(parts) >= 10
-    for part in parts:
-        assert re.search(r"\(from\s+\[`\w+\.csv`\]\(docs/\w+/tables/\w+\.csv\)", part), part[:80]
-        assert re.search(r"of\s+`(config\.yaml|configs/(slices/)?\w+\.yaml)`", part), part[:80]
+def test_each_question_has_its_answer_table_figure_and_sources_one_click_from_the_readme():
+    page = (REPO / "docs" / "findings.md").read_text()
+    sections = re.split(r"\n## (?=\d\. )", page)[1:]
+    assert len(sections) == 4
+    answers = readme.current((REPO / "README.md").read_text())
+    for number, section in enumerate(sections, 1):
+        section = section.split("\n## ", 1)[0]
+        assert section.startswith(f"{number}. ") and "**Answer.**" in section and "**Strength of evidence:**" in section
+        assert re.search(r"\n\|---\|", section), f"question {number}: no table"
+        assert f"](figures/question{number}.png)" in section
+        assert re.search(r"Tables: \[claims\.csv\]\(\w+/tables/claims\.csv\)", section), section[:80]
+        assert re.search(r"of\s+`(config\.yaml|configs/(slices/)?\w+\.yaml)`", section)
+        assert f"(docs/figures/question{number}.png)" in answers and f"(docs/findings.md#{number}-" in answers
+
+
+def test_the_readme_stays_a_front_page():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    for command in (
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && snakemake --cores all",
+        'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test,slurm]" && python -m pytest',
+    ):
+        assert f"```bash\n{command}\n```" in text
 
 
 def test_no_run_history_on_the_front_page():
@@ -162,7 +184,9 @@ def agrees(shown: str, value) -> bool:
 @pytest.mark.parametrize("shipped", SHIPPED, ids=lambda s: s.name)
 def test_the_committed_claims_are_those_the_results_page_shows(shipped):
     page = (REPO / f"{shipped.page}.md").read_text()
-    claims = pd.read_csv(REPO / shipped.tables / "claims.csv").set_index("claim")
+    claims = pd.read_csv(REPO / shipped.tables / "claims.csv")
+    # rows added later from the committed tables (the law differences and rates) are on no page of the run
+    claims = claims[claims["computed_from"] == "run"].set_index("claim")
     heading = "Claims (verdicts by the rule in `groupsparse.analysis.stats`)"
     header = markdown_header(page, heading)  # pages written before the power columns have fewer
     rows = markdown_rows(page, heading, len(header))
@@ -221,52 +245,58 @@ def copied_repo(tmp_path):
 
 def test_a_missing_claim_stops_the_generator_naming_it(tmp_path):
     root = copied_repo(tmp_path)
-    path = root / "docs/theorem/tables/claims.csv"
+    path = root / "docs/population/tables/claims.csv"
     claims = pd.read_csv(path)
-    gone = "autograd_float32 training reaches the theorem's level"
-    claims[~claims["claim"].str.startswith(gone)].to_csv(path, index=False)
-    with pytest.raises(FindingsError, match=f"{gone}.*want one"):
-        readme.section(committed(root), root)
+    claims[claims["statement"] != "law_rate"].to_csv(path, index=False)
+    with pytest.raises(FindingsError, match="0 claims with statement = 'law_rate'.*want one"):
+        readme.findings_page(committed(root))
 
 
-def test_the_findings_follow_the_tables(tmp_path):
-    """A changed verdict changes the text: the section is read from the tables, not typed."""
+def test_the_findings_follow_the_typed_columns_not_the_text(tmp_path):
+    """A changed interval changes the words (the shape's words come from what b's interval excludes), and
+    text columns emptied change nothing: no claim's text is read."""
     root = copied_repo(tmp_path)
+    before = readme.findings_page(committed(REPO))
     path = root / "docs/results/tables/claims.csv"
     claims = pd.read_csv(path)
-    probe = claims["claim"].str.startswith("pretrained_probe: n* grows no faster than d + D") & claims[
-        "claim"
-    ].str.contains("accuracy 0.9")
-    claims.loc[probe, "verdict"] = "inconclusive"
-    claims.to_csv(path, index=False)
-    before = readme.section(committed(REPO), REPO)
-    after = readme.section(committed(root), root)
+    probe = (
+        (claims["statement"] == "n_star_shape") & (claims["subject"] == "pretrained_probe") & (claims["target"] == 0.9)
+    )
+    assert probe.sum() == 1
     flat = lambda text: " ".join(text.split())  # noqa: E731
-    assert "a + b <= 1) for `pretrained_frozen_W` and `pretrained_probe` (power" in flat(before)
-    assert "a + b <= 1) for `pretrained_frozen_W` (power" in flat(after)
-    assert "`pretrained_probe`: n* grows like d + D" in flat(before)  # the shape named only where consistent
-    assert "`pretrained_probe`: n* grows like d + D" not in flat(after)
-    assert readme.write(root) and readme.current((root / "README.md").read_text()) == after
-    assert not readme.write(root)
+    assert "b = 0.015 [-0.282, 0.312] (grows with d, not detectably with D)" in flat(before)
+    claims.loc[probe, "exponent_b_low"] = 0.05
+    claims.to_csv(path, index=False)
+    assert "b = 0.015 [0.050, 0.312] (grows with d, with D)" in flat(readme.findings_page(committed(root)))
+    for s in SHIPPED:  # the text columns emptied: the same pages, the same README table
+        path = root / s.tables / "claims.csv"
+        c = pd.read_csv(REPO / s.tables / "claims.csv")
+        c.assign(**{k: "" for k in ("claim", "theory", "prediction", "why", "config", "alternative")}).to_csv(
+            path, index=False
+        )
+    studies = committed(root)
+    assert readme.findings_page(studies) == before
+    assert readme.answers_table(studies) == readme.answers_table(committed(REPO))
 
 
-def test_the_protocol_verdict_counts_the_grid_points_from_the_table(tmp_path):
-    """The paper's protocol sentence counts the grid points where 'needs fewer samples than logreg' fails."""
+def test_the_protocol_counts_the_grid_points_from_the_table(tmp_path):
+    """The paper's protocol against logistic regression counts the grid points' verdicts."""
     root = copied_repo(tmp_path)
     path = root / "docs/results/tables/claims.csv"
     claims = pd.read_csv(path)
-    text = claims["claim"].astype(str)
-    at = text.str.startswith("pretrained_finetune needs fewer samples than logreg for accuracy 0.9 (scale_")
+    at = (
+        (claims["statement"] == "sample_gap")
+        & (claims["subject"] == "pretrained_finetune")
+        & (claims["target"] == 0.9)
+        & claims["run"].astype(str).str.startswith("scale_")
+    )
     failing = int((claims.loc[at, "verdict"] == "does not hold").sum())
-    assert failing >= 1
-    claims.loc[at & (claims["verdict"] == "does not hold"), "verdict"] = "holds"
-    claims.loc[at[at].index[0], "verdict"] = "does not hold"
+    assert failing >= 2
+    claims.loc[at[at].index[0], "verdict"] = "holds"
     claims.to_csv(path, index=False)
     flat = lambda text: " ".join(text.split())  # noqa: E731
-    before = flat(readme.section(committed(REPO), REPO))
-    after = flat(readme.section(committed(root), root))
-    assert f"does not hold at {failing} of the {int(at.sum())} grid points" in before
-    assert f"does not hold at 1 of the {int(at.sum())} grid points" in after
+    assert f"`pretrained_finetune`: {failing} does not hold" in flat(readme.findings_page(committed(REPO)))
+    assert f"`pretrained_finetune`: {failing - 1} does not hold, 1 holds" in flat(readme.findings_page(committed(root)))
 
 
 def test_commit_tables_copies_the_runs_csv_tables_and_removes_those_it_did_not_make(tmp_path):
@@ -294,76 +324,22 @@ def test_the_transfer_answer_quotes_the_config_that_made_its_tables(tmp_path):
     from groupsparse.findings import transfer
 
     root = copied_repo(tmp_path)
-    before = transfer.finding(committed(root))
+    before = transfer.context(committed(root))
     config = yaml.safe_load((root / "config.yaml").read_text())
     config["scaling"]["transfer"]["sizes"] = [4, 6, 8]
     (root / "config.yaml").write_text(yaml.safe_dump(config))
-    grid = "n = 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128, 181, 256, 362, 512, 724, 1024, 1448 and 2048"
-    assert transfer.finding(committed(root)) == before and grid in " ".join(before.split())
+    after = transfer.context(committed(root))
+    assert after["sizes"] == before["sizes"] and after["sizes"][-1] == 2048
 
 
-def test_the_transfer_answer_states_the_protocol_verdict_where_the_tables_have_it(tmp_path):
-    from groupsparse.findings import transfer
-
-    root = copied_repo(tmp_path)
-    path = root / "docs/results/tables/claims.csv"
-    # tables without the protocol claims (as committed before they existed) say so
-    claims = pd.read_csv(path)
-    claims = claims[~claims["analysis"].astype(str).str.startswith("protocol")]
-    claims.to_csv(path, index=False)
-    assert "not tested in these tables" in transfer.finding(committed(root))
-    kept, reset = "pretrained_finetune", "pretrained_finetune_v0"
-    rows = [
-        {
-            "claim": f"{kept} with v reset to 0 ({reset}) needs fewer samples for accuracy 0.9 (base, transfer)",
-            "prediction": "> 0",
-            "measured": 3.1,
-            "low": 2.2,
-            "high": 4.0,
-            "verdict": "holds",
-            "power": 0.97,
-            "alternative": "a factor 2 fewer samples, log 2 (value 0.693)",
-        },
-        {
-            "claim": f"cos(v1, new v*) after fine-tuning at n = 4096: higher from v = 0 ({reset}) than from the "
-            f"pretrained v ({kept}) (base, transfer)",
-            "prediction": "> 0",
-            "measured": 0.41,
-            "low": 0.3,
-            "high": 0.52,
-            "verdict": "holds",
-            "power": 1.0,
-            "alternative": "a difference of 0.1 (value 0.1)",
-        },
-        {
-            "claim": f"{kept}: share of cross-validated step sizes at an edge of the eta_rel grid (base, transfer)",
-            "measured": 0.62,
-            "verdict": "descriptive",
-        },
-    ]
-    pd.concat([claims, pd.DataFrame(rows)], ignore_index=True).to_csv(path, index=False)
-    # a summary from before it carried the read-out alignment (older tables)
-    summary_path = root / "docs/results/tables/summary.csv"
-    summary = pd.read_csv(summary_path)
-    summary.drop(columns=[c for c in summary.columns if "cos_v1" in c]).to_csv(summary_path, index=False)
-    text = " ".join(transfer.finding(committed(root)).split())
-    assert "v reset to 0, log(n*_kept / n*_reset) at 90%: 3.10 [2.20, 4.00]: holds, power 0.97" in text, text
-    assert "reset minus kept" in text and "0.62 of the fits" in text and "not tested" not in text
-    assert "over n" not in text  # a summary without the read-out alignment (older tables): no trajectory
-    # with the summary's alignment columns: the trajectory at the first n, every factor 16 and the last
-    rows = (summary["run"] == "base") & (summary["downstream"] == "transfer")
-    summary["mean_cos_v1_new"] = float("nan")
-    summary["mean_cos_v1_old"] = float("nan")
-    for method, shift in ((kept, 0.0), (reset, 0.5)):
-        at = rows & (summary["method"] == method)
-        summary.loc[at, "mean_cos_v1_new"] = [min(0.999, 0.1 + shift + 1e-4 * n) for n in summary.loc[at, "n"]]
-        summary.loc[at, "mean_cos_v1_old"] = 0.25
-    summary.to_csv(summary_path, index=False)
-    text = " ".join(transfer.finding(committed(root)).split())
-    assert "cos(v1, new v*) of the fitted read-out, kept / reset: n = 4: 0.100 / 0.600, n = 64: 0.106 / 0.606, " in text
-    assert (
-        "n = 1024: 0.202 / 0.702, n = 4096: 0.510 / 0.999 (kept v1's cos with the pretraining v* at the same n:" in text
-    )
+def test_the_protocol_is_stated_under_both_readings_of_v():
+    """Kept (our reading) and reset to 0, each with its n* on the base task from the committed table."""
+    page = " ".join((REPO / "docs" / "findings.md").read_text().split())
+    sc = pd.read_csv(REPO / "docs/results/tables/sample_complexity.csv")
+    at = sc[(sc["run"] == "base") & (sc["downstream"] == "transfer") & (sc["target_accuracy"] == 0.9)]
+    n = {r["method"]: f"{r['n_needed']:.0f} [{r['ci_low']:.0f}, {r['ci_high']:.0f}]" for _, r in at.iterrows()}
+    assert f"it needs {n['pretrained_finetune']} with v kept, {n['pretrained_finetune_v0']} with v reset to 0" in page
+    assert f"against `logreg`'s {n['logreg']}" in page
 
 
 def test_the_other_cpu_paragraph_names_what_differs(tmp_path):
@@ -400,13 +376,14 @@ def test_the_other_cpu_paragraph_names_what_differs(tmp_path):
     monkey.setattr(cpus, "SHIPPED", (Shipped("default", "config.yaml", "docs/results"),
                                      Shipped("other", "config.yaml", "changed", same_as="default")))  # fmt: skip
     try:
-        text = cpus.paragraph({"default": a, "other": Tables(changed, "config.yaml", "changed")})
-        plain = cpus.paragraph({"default": a, "other": Tables(same, "config.yaml", "same")})
+        (run,) = cpus.context({"default": a, "other": Tables(changed, "config.yaml", "changed")})
+        (plain,) = cpus.context({"default": a, "other": Tables(same, "config.yaml", "same")})
     finally:
         monkey.undo()
-    assert cpus._short(c.loc[row, "claim"]) in text and "does not hold" in text
-    assert f"{s.loc[hit, 'method']} on {s.loc[hit, 'run']}" in text and "do not overlap" in text
-    assert "Every claim has the same verdict on both." in plain
+    assert [d["claim"] for d in run["differ"]] == [cpus._short(c.loc[row, "claim"])]
+    assert run["differ"][0]["b"] == "does not hold"
+    assert run["largest"]["method"] == s.loc[hit, "method"] and run["largest"]["run"] == s.loc[hit, "run"]
+    assert not run["largest"]["overlap"] and plain["differ"] == []
 
 
 def test_the_ablations_table_has_a_row_per_ablation_run_read_from_the_pretraining_summary(tmp_path):
@@ -442,27 +419,18 @@ def test_the_studies_page_has_a_row_per_shipped_study_read_from_its_provenance(t
     assert [k for k in before if before[k] != after[k]] == ["population"]
 
 
-def test_the_step_size_contrast_counts_the_practitioners_verdicts_from_their_tables(tmp_path):
-    """Question 2's sentence on the two step sizes counts the practitioners' slices' verdicts at each D
-    where both ran: a verdict changed in the committed claims changes the counts."""
+def test_the_training_table_reads_each_variants_verdicts_from_its_tables(tmp_path):
+    """Question 2's table: a verdict changed in a practitioners' slice moves its D to the other column."""
     root = copied_repo(tmp_path)
     path = root / "docs/practitioners_D16/tables/claims.csv"
     claims = pd.read_csv(path)
-    level = claims["claim"].str.contains("training reaches the theorem's level") & claims["claim"].str.endswith(
-        "(D = 16)"
-    )
-    fast = level & claims["claim"].str.contains("_eta05 ")
-    slow = level & claims["claim"].str.contains("_etaD ")
-    assert fast.sum() == slow.sum() == 4
-    flat = lambda text: " ".join(text.split())  # noqa: E731
-    before = flat(readme.section(committed(REPO), REPO))
-    holding = int((claims.loc[fast, "verdict"] == "holds").sum())
-    assert f"at D = 16, eta = 0.5: {holding} hold" in before
-    claims.loc[fast, "verdict"] = "holds"
+    at = (claims["statement"] == "reaches_level") & (claims["variant"] == "separate_etaD") & (claims["D"] == 16)
+    assert at.sum() == 1 and claims.loc[at, "verdict"].iloc[0] == "does not hold"
+    row = lambda text: next(x for x in text.splitlines() if "(`separate_etaD`) |" in x)  # noqa: E731
+    assert row(readme.findings_page(committed(REPO))).endswith("| 3 | – | 16, 24 | – |")
+    claims.loc[at, "verdict"] = "holds"
     claims.to_csv(path, index=False)
-    after = flat(readme.section(committed(root), root))
-    names = sorted(claims.loc[fast, "claim"].str.split(" ").str[0])  # the variants, in the table's order
-    assert f"at D = 16, eta = 0.5: 4 hold ({', '.join(f'`{n}`' for n in names)}); eta(D)" in after
+    assert row(readme.findings_page(committed(root))).endswith("| 3 | 16 | 24 | – |")
 
 
 def test_runs_at_two_commits_are_compared_under_the_current_verdict_rule(tmp_path):
@@ -484,6 +452,7 @@ def test_runs_at_two_commits_are_compared_under_the_current_verdict_rule(tmp_pat
     # the older rule's table: both kinds turned 'undecided' for a low power
     was = c.copy()
     was.loc[[*directional, *bound], "verdict"] = "undecided"
+    was.loc[[*directional, *bound], "power_veto"] = True  # the power turned them undecided (a typed column)
     was.loc[[*directional, *bound], "why"] = "undecided (power 0.30 against an alternative, plug-in); " + c.loc[
         [*directional, *bound], "why"
     ].astype(str)
@@ -495,33 +464,10 @@ def test_runs_at_two_commits_are_compared_under_the_current_verdict_rule(tmp_pat
     assert sorted(differ["claim"]) == sorted(c.loc[bound, "claim"])  # only the bounds: still undecided there
 
 
-def test_the_tuned_adam_is_chosen_by_the_configs_rule_from_the_table(tmp_path):
-    """configs/practitioners.yaml: of the Adam variants the tuned one has the lower mean eval loss at D = 8,
-    read from the committed claims; swapping the two losses swaps the choice."""
-    root = copied_repo(tmp_path)
-    path = root / "docs/practitioners_small_D/tables/claims.csv"
-    claims = pd.read_csv(path)
-    loss = {
-        n: claims.index[claims["claim"] == f"{n} training at D = 8: eval loss at the last step (d = 10)"][0]
-        for n in ("adam_0p001", "adam_0p01")
-    }
-    values = {n: float(claims.loc[i, "measured"]) for n, i in loss.items()}
-    best = min(values, key=values.get)
-    flat = lambda text: " ".join(text.split())  # noqa: E731
-    assert f"the lower mean eval loss at D = 8): `{best}`" in flat(readme.section(committed(REPO), REPO))
-    claims.loc[loss["adam_0p001"], "measured"], claims.loc[loss["adam_0p01"], "measured"] = (
-        values["adam_0p01"],
-        values["adam_0p001"],
-    )
-    claims.to_csv(path, index=False)
-    other = next(n for n in values if n != best)
-    assert f"the lower mean eval loss at D = 8): `{other}`" in flat(readme.section(committed(root), root))
-
-
 def test_a_simulated_power_far_from_the_plug_in_shows_both():
     """The verdict's power is the pipeline simulation's; where the plug-in differs by more than 0.1 the reader
     sees both, so a plug-in that flatters (or undersells) a design is not hidden."""
-    from groupsparse.findings.tables import power
+    from groupsparse.findings.render import pw as power
 
     apart = {"power": 0.07, "power_pipeline": 0.07, "power_plugin": 0.34}
     assert power(apart) == "power 0.07 (simulated; plug-in 0.34)"

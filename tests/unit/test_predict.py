@@ -157,7 +157,7 @@ def test_check_predictions_gives_the_claims_verdicts_for_runs_outside_the_dag(st
     assert cli.main([*check, "--out-csv", str(tmp_path / "v.csv")]) == 0
     got = pd.read_csv(tmp_path / "v.csv")
     want = analyse(d64, None, s, io.read_parquet(out)).claims
-    want = want[want["analysis"].isin(["out_of_sample", "law_test"])]
+    want = want[want["analysis"].isin(["out_of_sample", "law_test", "law_difference", "law_rate"])]
     assert list(got["verdict"]) == list(want["verdict"])
     assert np.allclose(got["measured"], want["measured"], equal_nan=True)
     per_D = got[got["analysis"] == "out_of_sample"].set_index("claim")

@@ -568,10 +568,11 @@ def test_readme_grid_section_lists_every_grid_point_and_the_joint_fit(tmp_path):
 def test_a_verdict_within_the_machine_spread_is_inconclusive():
     from groupsparse.analysis.claims import machine_robust
     from groupsparse.analysis.rows import claim_row
+    from groupsparse.analysis.statements import About
 
     rows = [
-        claim_row("near", "", Prediction("greater", 0.9), 0.95, 0.905, 0.99, "", "", "final_state", 5),
-        claim_row("far", "", Prediction("greater", 0.9), 0.97, 0.95, 0.99, "", "", "final_state", 5),
+        claim_row("final_attention", About(run="near"), Prediction("greater", 0.9), 0.95, 0.905, 0.99, "", "", 5),
+        claim_row("final_attention", About(run="far"), Prediction("greater", 0.9), 0.97, 0.95, 0.99, "", "", 5),
     ]
     table = pd.DataFrame(rows, columns=CLAIM_COLUMNS)
     assert list(table["verdict"]) == ["holds", "holds"]
@@ -585,10 +586,12 @@ def test_the_machine_spread_is_not_applied_to_transfer_exponents():
     against 1 stays 'does not hold' (the issue's case), a pretraining quantity's edge as close flips."""
     from groupsparse.analysis.claims import machine_robust
     from groupsparse.analysis.rows import claim_row
+    from groupsparse.analysis.statements import About
 
+    exponent = About(subject="pretrained_probe", target=0.9, downstream="transfer", form="n*")
     rows = [
-        claim_row("exponent", "", Prediction("at_most", 1.0), 1.36, 1.022, math.inf, "", "", "sample_complexity", 5),
-        claim_row("attention", "", Prediction("greater", 0.9), 0.95, 0.905, 0.99, "", "", "final_state", 5),
+        claim_row("n_star_sum_at_most", exponent, Prediction("at_most", 1.0), 1.36, 1.022, math.inf, "", "", 5),
+        claim_row("final_attention", About(run="base"), Prediction("greater", 0.9), 0.95, 0.905, 0.99, "", "", 5),
     ]
     judged = machine_robust(pd.DataFrame(rows, columns=CLAIM_COLUMNS), settings(machine_spread=0.03))
     assert list(judged["verdict"]) == ["does not hold", "inconclusive"]

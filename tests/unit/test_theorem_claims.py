@@ -94,7 +94,8 @@ def test_the_bound_constant_is_the_largest_ratio_to_D3(exponent):
         D_top = 4 if exponent < 3 else 16
         assert row["measured"] == pytest.approx(c * D_top ** (exponent - 3), rel=0.05)
         assert row["low"] < row["measured"] < row["high"] and row["verdict"] == "descriptive"
-        assert f"reached within flow time kappa D^3 for every D <= 16, kappa = {row['measured']:.3g}" in row["why"]
+        assert f"at every measured D (4, 6, 8, 12, 16), kappa = {row['measured']:.3g}" in row["why"]
+        assert row["D_grid"] == "4, 6, 8, 12, 16" and (exponent == 3 or row["D"] == D_top)
         assert ("may still grow" in row["why"]) == (exponent > 3)
         assert "(c chosen after seeing data)" in row["claim"]  # the schema's default: not pre-registered
 

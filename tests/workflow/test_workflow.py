@@ -154,7 +154,7 @@ def test_tiny_study_end_to_end(tmp_path):
     first = results_md.read_text()
     assert "| pretrained_finetune |" in first and "](results/base_transfer_accuracy.png)" in first
     assert (tmp_path / "docs" / "results" / "base_transfer_accuracy.png").is_file()
-    committed = tmp_path / "docs" / "results" / "tables"  # the run's CSV tables, as the README's findings read them
+    committed = tmp_path / "docs" / "results" / "tables"  # the run's CSV tables, as the findings read them
     assert (committed / "summary.csv").read_text() == (tables / "summary.csv").read_text()
     assert json.loads((committed / "provenance.json").read_text())["study_name"] == "tiny"
     subprocess.run(snap, capture_output=True, text=True, timeout=120, check=True)

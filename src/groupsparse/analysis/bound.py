@@ -27,6 +27,7 @@ from .predict import rest_values
 from .rows import claim_row
 from .scaling_laws import MIN_ATTENTION, REACHED_AT_START, grid_rows
 from .settings import Settings
+from .statements import About, grid_text, setting_words
 from .stats import MIN_SEEDS, mean_interval
 
 
@@ -52,7 +53,7 @@ def local_slopes(Ds, log_means) -> list[float]:
     return list(np.diff(y) / np.diff(x))
 
 
-def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
+def kappa_claims(crossings: pd.DataFrame, s: Settings, algorithm: str = "batch") -> list[dict]:
     """Per d and c: kappa_c = max over D of tau_c(D) / D^3 (flow time), with an interval; a bound's wording."""
     rows = []
     if not len(crossings):
@@ -90,9 +91,20 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
             if D_top == D_max
             else f"; largest at D = {D_top}, below it at D = {D_max}"
         )
+        measured_D = sorted([D for D, *_ in levels] + list(at_start))
+        about = About(
+            d=float(d),
+            D=float(D_top),
+            D_grid=grid_text(measured_D),
+            c=float(c),
+            c_when="chosen after seeing data" if s.target_c_post_hoc else "fixed before the data",
+            algorithm=algorithm,
+            batch=float(g["batch"].max()) if "batch" in g.columns else math.nan,
+            replicates=float(k),
+        )
         row = _descriptive_log_row(
-            f"min attention reaches 1 - exp(-{c:g} D) within flow time kappa D^3 for every D <= {D_max} (d = {d})"
-            + _post_hoc(s),
+            "bound_constant",
+            about,
             "T* = Theta(D^3): a sufficient time with a hidden constant; the measured D give the constant they need",
             (m, lo, hi),
             blocker,
@@ -107,13 +119,11 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings) -> list[dict]:
                 if at_start
                 else ""
             ),
-            "bound_constant",
             int(sum(L[-1] for L in levels)),
-            {"d": int(d)},
         )
         row["why"] = blocker or (
-            f"reached within flow time kappa D^3 for every D <= {D_max}, kappa = {math.exp(m):.3g} "
-            f"[{math.exp(lo):.3g}, {math.exp(hi):.3g}]{still}; local slopes {slope_text}"
+            f"reached within flow time kappa D^3 at every measured D ({grid_text(measured_D)}), "
+            f"kappa = {math.exp(m):.3g} [{math.exp(lo):.3g}, {math.exp(hi):.3g}]{still}; local slopes {slope_text}"
         )
         rows.append(row)
     return rows
@@ -126,12 +136,12 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
     runs = scaled[(variants == "") | variants.map(is_check_variant).astype(bool)].assign(variant=variants)
     if "batch" not in runs.columns or not len(runs):
         return pd.DataFrame()
-    columns = ["d", "D", "variant", "batch", "eta", "seed", "quantity", "value", "censored", "grid"]
+    columns = ["d", "D", "variant", "batch", "eta", "seed", "quantity", "kappa", "c", "value", "censored", "grid"]
     frames = []
     for variant, g in runs.groupby("variant", sort=True):
         v = rest_values(g.assign(variant=""), s.kappas, s)
         v = v.assign(variant=variant, quantity=[f"1 - min attention at flow time {k:g} D^3" for k in v["kappa"]])
-        v = v.assign(value=v["log_rest"], censored=~np.isfinite(v["log_rest"]), grid=not variant)
+        v = v.assign(value=v["log_rest"], censored=~np.isfinite(v["log_rest"]), grid=not variant, c=math.nan)
         frames.append(v[columns])
     if len(crossings):
         c0 = min(s.target_c) if s.target_c else None
@@ -148,6 +158,8 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
                     "eta": cr["eta"],
                     "seed": cr["seed"],
                     "quantity": f"flow time until min attention >= 1 - exp(-{c0:g} D)",
+                    "kappa": math.nan,
+                    "c": c0,
                     "value": np.log(cr["flow_time"].to_numpy(float)),
                     "censored": cr["censored"].to_numpy(bool),
                     "grid": (cr["variant"].fillna("").astype(str) == "").to_numpy(bool),
@@ -158,8 +170,12 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
 
 
 def _setting(h: pd.DataFrame) -> str:
+    return setting_words(float(h["batch"].iloc[0]), _eta(h))
+
+
+def _eta(h: pd.DataFrame) -> float:
     eta = h["eta"].dropna()
-    return f"batch {int(h['batch'].iloc[0])}" + (f", eta {float(eta.iloc[0]):.4g}" if len(eta) else "")
+    return float(eta.iloc[0]) if len(eta) else math.nan
 
 
 def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> list[dict]:
@@ -170,8 +186,8 @@ def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> li
     if not len(q):
         return rows
     tol = s.batch_tolerance
-    algorithm = _algorithm(traj)
-    for (d, D, what), g in q.groupby(["d", "D", "quantity"], sort=True):
+    algorithm = algorithm_of(traj)
+    for (d, D, _), g in q.groupby(["d", "D", "quantity"], sort=True):
         grid = g[g["grid"].astype(bool)]
         if not len(grid):
             continue
@@ -186,10 +202,23 @@ def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> li
                 if cens
                 else (f"{len(pair)} seed(s) in both runs, need {MIN_SEEDS}" if len(pair) < MIN_SEEDS else "")
             )
+            kappa = float(h["kappa"].iloc[0]) if "kappa" in h.columns and pd.notna(h["kappa"].iloc[0]) else math.nan
+            about = About(
+                variant=str(variant),
+                algorithm=algorithm,
+                batch=float(h["batch"].iloc[0]),
+                eta=_eta(h),
+                reference_batch=float(grid["batch"].iloc[0]),
+                reference_eta=_eta(grid),
+                d=float(d),
+                D=float(D),
+                kappa=kappa,
+                c=math.nan if np.isfinite(kappa) else float(h["c"].iloc[0]),
+                replicates=float(len(pair)),
+            )
             row = claim_row(
-                f"batch check, {algorithm}: {what} at {there} minus at {here} (d = {d}, D = {D})",
-                "the measurement must not depend on its batch or step size (population mode estimates the "
-                "population gradient; the step size approximates gradient flow)",
+                "batch_check_rest" if np.isfinite(kappa) else "batch_check_time",
+                about,
                 None,
                 m,
                 lo,
@@ -197,9 +226,9 @@ def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> li
                 blocker,
                 f"d = {d}, D = {D}; runs {variant} against the grid; log scale, paired by seed ({len(pair)} seeds), "
                 f"seeds' t interval; tolerance +-{tol:g} (scaling.analysis.batch_tolerance)",
-                "batch_check",
                 int(len(pair)),
-                settings={"d": int(d), "D": int(D)},
+                "the measurement must not depend on its batch or step size (population mode estimates the "
+                "population gradient; the step size approximates gradient flow)",
             )
             if blocker:
                 row["verdict"], row["why"] = "inconclusive", blocker
@@ -258,17 +287,18 @@ def _run_algorithm(traj: pd.DataFrame, variant: str, D: int) -> str:
     return str(runs["algorithm"].iloc[0]) if "algorithm" in runs.columns and len(runs) else "batch"
 
 
-def _algorithm(traj: pd.DataFrame) -> str:
-    grid = grid_rows(traj[traj["role"] == "scaling"])
+def algorithm_of(traj: pd.DataFrame) -> str:
+    """The grid's algorithm: population (population gradient descent) or batch (batch gradient descent)."""
+    grid = grid_rows(traj[traj["role"] == "scaling"]) if "role" in traj.columns else traj
     if "algorithm" not in grid.columns or not len(grid):
-        return "batch gradient descent"
-    return {"population": "population gradient descent"}.get(str(grid["algorithm"].iloc[0]), "batch gradient descent")
+        return "batch"
+    return "population" if str(grid["algorithm"].iloc[0]) == "population" else "batch"
 
 
-def _descriptive_log_row(claim, theory, log_interval, blocker, config, analysis, n, settings) -> dict:
+def _descriptive_log_row(statement, about, theory, log_interval, blocker, config, n) -> dict:
     """A claims row for a quantity estimated on the log scale (a constant, a limit): the interval back
     on the natural scale, verdict "descriptive" (no prediction to test), or "inconclusive" if blocked."""
     m, lo, hi = (math.exp(v) if np.isfinite(v) else math.nan for v in log_interval)
-    row = claim_row(claim, theory, None, m, lo, hi, blocker, config, analysis, n, settings=settings)
+    row = claim_row(statement, about, None, m, lo, hi, blocker, config, n, theory)
     row["verdict"] = "inconclusive" if blocker else "descriptive"
     return row

@@ -14,7 +14,7 @@ import pandas as pd
 from ..config.seeding import numpy_generator
 from ..io.tables import ANALYSED_COLUMNS
 from .ablations import ablation_table
-from .bound import batch_claims, kappa_claims
+from .bound import algorithm_of, batch_claims, kappa_claims
 from .concentration import concentration_fits
 from .inputs import (
     BASELINE_METHOD,
@@ -32,7 +32,7 @@ from .pipeline_power import mean_power
 from .power import add_power
 from .predict import prediction_claims
 from .protocol import gap_pipeline_power, n_star_gap, paired_curves, protocol_claims
-from .rows import claim_row
+from .rows import CLAIM_COLUMNS, claim_row
 from .sample_complexity import JointRecord, n_star_fits, online_error_fits
 from .scaling_laws import (
     FitRecord,
@@ -42,6 +42,7 @@ from .scaling_laws import (
     theorem_quantity,
 )
 from .stability import stability_by_D
+from .statements import About
 from .stats import (
     CONFIDENCE,
     METRIC_RANGES,
@@ -71,34 +72,22 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
             f"run {run}: d = {int(g['d'].iloc[0])}, D = {int(g['D'].iloc[0])}, step {int(g['step'].max())}, "
             f"{len(ok)} seed(s)" + (f", {n_div} diverged" if n_div else "")
         )
-        for col, what, theory in (
+        for col, statement, what, theory in (
             (
                 "attention_on_relevant",
+                "final_attention",
                 "mean attention mass on j*",
                 "after pretraining, S[j*, j] >= 1 - exp(-Theta(D)) for every query j",
             ),
-            ("cos_v1_vstar", "cos(v1, v*)", "after pretraining, v1 aligns with v*"),
+            ("cos_v1_vstar", "final_cos", "cos(v1, v*)", "after pretraining, v1 aligns with v*"),
         ):
             m, lo, hi = mean_interval(ok[col].to_numpy(float), METRIC_RANGES[col])
             blocker = (f"{n_div} seed(s) diverged" if n_div else "") or (
                 f"{len(ok)} seed(s), need {MIN_SEEDS}" if len(ok) < MIN_SEEDS else ""
             )
             pred = Prediction("greater", s.near_one)
-            row = claim_row(
-                f"{what} near 1 after pretraining ({run})",
-                theory,
-                pred,
-                m,
-                lo,
-                hi,
-                blocker,
-                config,
-                "final_state",
-                len(ok),
-                str(g["role"].iloc[0]),
-                run,
-                {"d": int(g["d"].iloc[0]), "D": int(g["D"].iloc[0])},
-            )
+            about = About(run=str(run), d=float(g["d"].iloc[0]), D=float(g["D"].iloc[0]), replicates=float(len(ok)))
+            row = claim_row(statement, about, pred, m, lo, hi, blocker, config, len(ok), theory, str(g["role"].iloc[0]))
             # the alternative: a value the claim holds at by half its margin, (near_one + 1) / 2
             alt = (f"{what} = (near_one + 1) / 2", (s.near_one + 1) / 2)
             se, dof = _se(ok[col].to_numpy(float))
@@ -109,9 +98,6 @@ def final_state_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
             sim = mean_power(pred, alt[1], sd, x.size, METRIC_RANGES[col], s.pipeline_power_simulations, rng)
             rows.append(add_power(row, pred, *alt, se, dof, s, pipeline=sim))
     return rows
-
-
-GAP_CLAIM = "{method} needs fewer samples than logreg for accuracy {target:g} ({run}, {downstream})"
 
 
 def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
@@ -132,10 +118,19 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                     if gap is None:
                         break
                     pred = Prediction("greater", 0.0)
-                    claim = GAP_CLAIM.format(method=method, target=target, run=run, downstream=downstream)
+                    about = About(
+                        subject=method,
+                        reference=BASELINE_METHOD,
+                        run=str(run),
+                        downstream=downstream,
+                        d=float(d),
+                        D=float(D),
+                        target=float(target),
+                        replicates=float(gap.seeds),
+                    )
                     row = claim_row(
-                        claim,
-                        "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
+                        "sample_gap",
+                        about,
                         pred,
                         gap.measured,
                         gap.low,
@@ -143,15 +138,13 @@ def sample_gap_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                         gap.blocker(),
                         f"run {run}: d = {d}, D = {D}, downstream {downstream}; "
                         "measured = log(n*_logreg / n*_pretrained)" + gap.bounds_note("pretrained", "logreg"),
-                        "sample_gap",
                         gap.seeds,
+                        "n* ~ d + D for the pretrained transformer vs d D for logistic regression on vec(X)",
                         role,
-                        run,
-                        {"d": d, "D": D},
                     )
                     theory_gap = ("the theory's log(d D / (d + D))", math.log(d * D / (d + D)))
                     pair = paired_curves(transfer, run, downstream, method, BASELINE_METHOD)
-                    sim = gap_pipeline_power(pair, target, theory_gap[1], claim, "sample_gap", s)
+                    sim = gap_pipeline_power(pair, target, theory_gap[1], row["claim"], "sample_gap", s)
                     rows.append(add_power(row, pred, *theory_gap, gap.se, gap.seeds - 1, s, pipeline=sim))
     return rows
 
@@ -169,17 +162,16 @@ def fit_claims(records: list[FitRecord]) -> list[dict]:
         )
         one_sided = r.prediction is not None and r.prediction.kind == "at_most"
         row = claim_row(
-            r.claim,
-            r.theory,
+            r.statement,
+            r.about,
             r.prediction,
             f.slope,
             one_sided_low(f.slope, f.boot_slope, f.dof) if one_sided else f.low,
             math.inf if one_sided else f.high,
             f.blocker(),
             config,
-            r.analysis,
             int(f.seeds.sum()),
-            settings={k: r.group[k] for k in ("d", "D") if k in r.group},
+            r.theory,
         )
         if r.descriptive:
             row["verdict"] = "descriptive"
@@ -230,31 +222,6 @@ class Analysis:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
 
-CLAIM_COLUMNS = [
-    "claim",
-    "theory",
-    "prediction",
-    "predicted_value",
-    "measured",
-    "low",
-    "high",
-    "confidence",
-    "verdict",
-    "why",
-    "n",
-    "config",
-    "analysis",
-    "role",
-    "run",
-    "d",
-    "D",
-    "power",
-    "power_plugin",
-    "power_pipeline",
-    "alternative",
-]
-
-
 # The cross-machine spread was measured on pretraining quantities (1 - min attention, T_c); the transfer
 # verdicts' quantities (n* exponents, the sample gap, the online error's form) have no measured spread,
 # and a 3% band on an exponent is not that: the guard is not applied to them.
@@ -300,7 +267,7 @@ def analyse(
     joint = n_star_fits(transfer, s) + online_error_fits(transfer, s)
     claims = (
         fit_claims(records)
-        + kappa_claims(crossings, s)
+        + kappa_claims(crossings, s, algorithm_of(traj))
         + concentration_claims(records, s)
         + (prediction_claims(scaled, predictions, s) if predictions is not None and len(scaled) else [])
         + batch_claims(scaled, crossings, s)

@@ -98,7 +98,7 @@ def concentration_fits(traj: pd.DataFrame, s: Settings) -> list[FitRecord]:
                     FitRecord(
                         "attention_concentration",
                         f"1 - {what} attention at flow time {kappa:g} D^3, {law} law",
-                        {"d": int(d), "at": f"{kappa:g} D^3", "law": law},
+                        {"d": int(d), "at": f"{kappa:g} D^3", "kappa": float(kappa), "law": law},
                         "D" if law == "exponential" else "log D",
                         f"log(1 - {what} attention)",
                         fit,
@@ -120,9 +120,9 @@ def law_comparison(records: list[FitRecord]) -> list[dict]:
     by = {}
     for r in records:
         if r.analysis == "attention_concentration":
-            by.setdefault((r.group["d"], r.group["at"]), {})[r.group["law"]] = r
+            by.setdefault((r.group["d"], r.group["at"], r.group["kappa"]), {})[r.group["law"]] = r
     out = []
-    for (d, at), laws in sorted(by.items()):
+    for (d, at, kappa), laws in sorted(by.items()):
         exp_, pow_ = laws.get("exponential"), laws.get("power")
         if exp_ is None or pow_ is None:
             continue
@@ -142,6 +142,7 @@ def law_comparison(records: list[FitRecord]) -> list[dict]:
             {
                 "d": d,
                 "at": at,
+                "kappa": kappa,
                 "delta_rss": delta,
                 "low": low,
                 "high": high,

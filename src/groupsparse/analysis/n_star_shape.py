@@ -23,6 +23,7 @@ import numpy as np
 from .rows import claim_row
 from .sample_complexity import uses_pretraining
 from .settings import Settings
+from .statements import About, grid_text
 from .stats import CONFIDENCE, region_verdict
 
 SHAPES = {"d + D": lambda d, D: d + D, "d D": lambda d, D: d * D}
@@ -85,16 +86,28 @@ def shape_claims(records, s: Settings) -> list[dict]:
         expected = "d + D" if uses_pretraining(g["method"]) else "d D" if g["method"] == "logreg" else None
         if expected is None:
             continue  # no theory for the method: its (a, b) are in the fits table, no claim
-        where = f"accuracy {g['threshold']:g}, downstream {g['downstream']}"
         v, meets = region_verdict(a, b, regions, expected, blocker=f.blocker())
         text = wording(a, b, meets) if all(map(np.isfinite, (*a, *b))) else "no interval"
         box = "; ".join(
             f"{name} region a in [{lo:.2f}, {hi:.2f}], b in [{blo:.2f}, {bhi:.2f}]"
             for name, (lo, hi, blo, bhi) in regions.items()
         )
+        about = About(
+            subject=str(g["method"]),
+            law=expected,
+            downstream=str(g["downstream"]),
+            target=float(g["threshold"]),
+            form=str(g["form"]),
+            D_grid=grid_text(sorted({D for _, D in pts})),
+            replicates=float(f.seeds.min()) if f.seeds.size else math.nan,
+            exponent_b=cb.value,
+            exponent_b_low=cb.low,
+            exponent_b_high=cb.high,
+            regions=box,
+        )
         row = claim_row(
-            f"{g['method']}: the shape of n* over the (d, D) grid is {expected} ({where})",
-            "pretrained: n* ~ d + D (the downstream bound); logistic regression on vec(X): n* ~ d D",
+            "n_star_shape",
+            about,
             None,
             ca.value,
             ca.low,
@@ -102,10 +115,10 @@ def shape_claims(records, s: Settings) -> list[dict]:
             "",
             f"a = {ca.value:.3g} [{ca.low:.3g}, {ca.high:.3g}], b = {cb.value:.3g} [{cb.low:.3g}, {cb.high:.3g}] "
             f"(two-sided {CONFIDENCE:.0%}); {box}; levels {'; '.join(f.names)}",
-            "n_star_shape",
             int(f.seeds[f.used].sum()) if f.used.any() else 0,
+            "pretrained: n* ~ d + D (the downstream bound); logistic regression on vec(X): n* ~ d D",
         )
-        row["prediction"] = f"(a, b) in the {expected} region"
+        row["prediction"], row["prediction_kind"] = f"(a, b) in the {expected} region", "region"
         row["verdict"] = v
         row["why"] = (f.blocker() + "; " if f.blocker() else "") + text
         rows.append(row)

@@ -29,9 +29,10 @@ import pandas as pd
 
 from .fits import fit_design
 from .inputs import downstreams, with_role
-from .rows import claim_row
+from .rows import alternative_text, claim_row
 from .sample_complexity import online_stat
 from .settings import Settings
+from .statements import About
 from .stats import Prediction, bootstrap_generator, t_quantile
 
 THEORY = (
@@ -53,27 +54,27 @@ def _cv(Y: np.ndarray, X: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 
 def _row(method, downstream, other, delta, half, blocker, config, seeds, power):
+    about = About(subject=method, reference=other, downstream=str(downstream))
     row = claim_row(
-        f"{method}: the bound's form with d + D fits the average online error better than "
-        + ("with d D, free exponents" if other == "d D" else "a constant in (d, D)")
-        + f" (downstream {downstream})",
-        THEORY,
+        "online_form_dD" if other == "d D" else "online_form_constant",
+        about,
         Prediction("greater", 0.0),
         delta,
         delta - half,
         delta + half,
         blocker,
         config,
-        "online_error_form",
         seeds,
+        THEORY,
     )
     if np.isfinite(power):
         row["power"] = row["power_pipeline"] = power
-        row["alternative"] = (
+        name = (
             "average online error ~ (d D)^beta n^alpha (fitted)"
             if other == "d D"
             else "average online error ~ n^alpha, no size (fitted)"
         )
+        row["alternative"] = row["alternative_name"] = alternative_text(name, math.nan)
     return row
 
 
@@ -147,6 +148,6 @@ def online_form_claims(transfer: pd.DataFrame, s: Settings) -> list[dict]:
                 row = _row(method, downstream, other, delta, half, blocker, config, int(sum(seeds)), power)
                 if row["verdict"] == "holds" and not power >= s.min_power:
                     row["why"] = f"undecided (power {power:.2f} against {other}); " + row["why"]
-                    row["verdict"] = "undecided"
+                    row["verdict"], row["power_veto"] = "undecided", True
                 rows.append(row)
     return rows

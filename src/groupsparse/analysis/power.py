@@ -27,6 +27,7 @@ import numpy as np
 from scipy import stats as sps
 
 from ..config.seeding import numpy_generator
+from .rows import alternative_text
 from .settings import Settings
 from .stats import CONFIDENCE, Prediction
 
@@ -61,24 +62,17 @@ def fails_to_reject(kind: str, verdict: str) -> bool:
 MODEL_CHOICE = ("online_error_form",)
 
 
-def kind_of(prediction: str) -> str:
-    """The Prediction kind a claims table's ``prediction`` text shows ('> 0': greater, '<= 1': at_most...)."""
-    text = str(prediction).strip()
-    for sign, kind in (("<=", "at_most"), (">", "greater"), ("<", "less"), ("=", "equal")):
-        if text.startswith(sign):
-            return kind
-    return "equal" if text.startswith("(a") else "other"  # the shape claims name a region: an equality
-
-
 def verdict_now(row) -> str:
     """A committed claims row's verdict under this module's rule. Tables written before a directional
-    'holds' kept its verdict whatever its power (before commit 042d647) read 'undecided (power p)' there;
-    the interval, the prediction and the power are in the row, so the verdict follows from them alone."""
-    verdict, why = str(row["verdict"]), str(row.get("why", ""))
+    'holds' kept its verdict whatever its power (before commit 042d647) read 'undecided' there, its power
+    vetoing it (column ``power_veto``); the prediction's kind and the power are in the row, so the verdict
+    follows from them alone."""
+    verdict = str(row["verdict"])
+    vetoed = str(row.get("power_veto", "")).strip().lower() in ("true", "1", "1.0")
     if (
         verdict == "undecided"
-        and why.startswith("undecided (power")
-        and kind_of(row["prediction"]) in ("greater", "less")
+        and vetoed
+        and str(row.get("prediction_kind", "")) in ("greater", "less")
         and str(row.get("analysis", "")) not in MODEL_CHOICE
     ):
         return "holds"
@@ -103,9 +97,10 @@ def add_power(
     plugin = simulated_power(pred, alternative, se, dof, s.power_simulations, rng)
     p = pipeline if np.isfinite(pipeline) else plugin
     row["power"], row["power_plugin"], row["power_pipeline"] = p, plugin, pipeline
-    row["alternative"] = f"{name} (value {alternative:.3g})"
+    row["alternative"] = alternative_text(name, alternative)
+    row["alternative_name"], row["alternative_value"] = name, alternative
     if fails_to_reject(pred.kind, row["verdict"]) and not p >= s.min_power:
         how = "simulated pipeline" if np.isfinite(pipeline) else "plug-in"
         row["why"] = f"undecided (power {p:.2f} against {name}, {how}); " + row["why"]
-        row["verdict"] = "undecided"
+        row["verdict"], row["power_veto"] = "undecided", True
     return row

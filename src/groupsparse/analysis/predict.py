@@ -18,6 +18,7 @@ criterion's power is simulated under each law at the study's design (:func:`.law
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ from .concentration import rest_at
 from .laws import criterion_power, design, law_prediction
 from .scaling_laws import MIN_ATTENTION, flow_times, theorem_quantity
 from .settings import Settings
+from .statements import WHERE, About, grid_text, words
 from .stats import CONFIDENCE, MIN_SEEDS, mean_interval
 
 GRID = ""  # the grid's own runs; every other group is a stability variant
@@ -123,6 +125,18 @@ def _eta_rule(g: pd.DataFrame) -> str:
     return "eta(D): " + ", ".join(f"D={int(D)}: {v:.4g}" for D, v in per_D.items())
 
 
+def fit_levels(values: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(fit levels D, seeds' log r per level (levels x k, k the fewest seeds), the censored levels' names) of
+    one group's, d's and kappa's rows of :func:`rest_values`: a level with a censored seed is left out."""
+    per_level = {D: h.sort_values("seed")["log_rest"].to_numpy(float) for D, h in values.groupby("D", sort=True)}
+    censored = [f"D={D}" for D, v in per_level.items() if not np.isfinite(v).all()]
+    kept = {D: v for D, v in per_level.items() if np.isfinite(v).all()}
+    k = min((v.size for v in kept.values()), default=0)
+    Ds = np.array(sorted(kept), dtype=float)
+    Y = np.array([kept[D][:k] for D in sorted(kept)]) if kept else np.empty((0, 0))
+    return Ds, Y, censored
+
+
 def predictions(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:
     """The predictions table: per group, d, kappa, law and D of ``predict_D``, fitted on D <= ``fit_D_max``.
 
@@ -136,18 +150,14 @@ def predictions(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:
     rows = []
     targets = np.asarray(s.predict_D, dtype=float)
     for (group, d, kappa), g in values.groupby(["group", "d", "kappa"], sort=True):
-        per_level = {D: h.sort_values("seed")["log_rest"].to_numpy(float) for D, h in g.groupby("D", sort=True)}
-        censored = [f"D={D}" for D, v in per_level.items() if not np.isfinite(v).all()]
-        kept = {D: v for D, v in per_level.items() if np.isfinite(v).all()}
-        k = min((v.size for v in kept.values()), default=0)
-        Ds = np.array(sorted(kept), dtype=float)
-        Y = np.array([kept[D][:k] for D in sorted(kept)]) if kept else np.empty((0, 0))
+        Ds, Y, censored = fit_levels(g)
+        kept, k = Ds.size, Y.shape[1] if Y.size else 0
         for law in s.laws:
             p_law = design(law, [4.0])[0].shape[1]
             blocker = f"level(s) {', '.join(censored)} censored, left out" if censored else ""
-            if len(kept) < p_law + 1 or k < MIN_SEEDS:
+            if kept < p_law + 1 or k < MIN_SEEDS:
                 blocker = blocker or (
-                    f"{len(kept)} level(s) with {k} seed(s): {law} needs {p_law + 1} levels and {MIN_SEEDS} seeds"
+                    f"{kept} level(s) with {k} seed(s): {law} needs {p_law + 1} levels and {MIN_SEEDS} seeds"
                 )
             base = {
                 "group": str(group),
@@ -164,7 +174,7 @@ def predictions(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:
                 "confidence": CONFIDENCE,
                 "blocker": blocker,
             }
-            if len(kept) < p_law + 1 or k < MIN_SEEDS:
+            if kept < p_law + 1 or k < MIN_SEEDS:
                 rows += [base | {"D": int(D), "flow_time": float(kappa) * D**3} for D in targets]
                 continue
             p = law_prediction(law, Ds, Y, targets)
@@ -199,6 +209,7 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
     """Rows for the claims table: per (group, d, kappa) and measured D > fit_D_max, the measurement
     against each law's prediction (descriptive); and per (group, d, kappa) the pre-registered verdict
     (the law with the smallest sum of absolute log errors over the tested D, lack of fit marked)."""
+    from .law_difference import law_difference_rows, law_rate_rows
     from .rows import claim_row
 
     rows = []
@@ -211,8 +222,9 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
         p_cell = preds[(preds["group"] == group) & (preds["d"] == d) & (preds["kappa"] == kappa)]
         if not len(p_cell):
             continue
-        where = _where(group, p_cell)
-        errors, blockers, measured = {}, [], {}
+        about = _group(group, d, kappa, p_cell)
+        where = WHERE.format(**words("law_test", about))
+        errors, blockers, measured, level_stats = {}, [], {}, {}
         for D, g in cell.groupby("D", sort=True):
             p = p_cell[p_cell["D"] == D]
             if not len(p):
@@ -221,6 +233,8 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
             m, lo, hi = mean_interval(y)
             why = "; ".join(sorted(set(g.loc[~np.isfinite(y), "reason"]))) if not np.isfinite(y).all() else ""
             measured[int(D)] = (m, lo, hi, why)
+            x = y[np.isfinite(y)]
+            level_stats[int(D)] = (m, float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan, x.size)
             blockers += [f"D={D}: {why}"] if why else []
             detail = []
             for _, r in p.iterrows():
@@ -233,8 +247,8 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
                 )
             best = min(errors, key=lambda law: errors[law].get(int(D), math.inf)) if errors else ""
             row = claim_row(
-                f"out-of-sample, {where}: 1 - min attention at flow time {kappa:g} D^3, D = {D} (d = {d})",
-                f"laws fitted on D <= {s.fit_D_max} alone (rule predict), each predicting D = {D}",
+                "out_of_sample",
+                replace(about, D=float(D), eta=float(g["eta"].iloc[0]), replicates=float(np.isfinite(y).sum())),
                 None,
                 math.exp(m) if np.isfinite(m) else math.nan,
                 math.exp(lo) if np.isfinite(lo) else math.nan,
@@ -243,22 +257,35 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
                 f"{where}; d = {d}, D = {D}, flow time {kappa * D**3:g}, {_eta_at(g)}, batch "
                 f"{int(g['batch'].max())}; measured: geometric mean over {np.isfinite(y).sum()} seeds of "
                 f"{g['quantity'].iloc[0]}, seeds' t interval; " + "; ".join(detail),
-                "out_of_sample",
                 int(np.isfinite(y).sum()),
-                settings={"d": int(d), "D": int(D)},
+                f"laws fitted on D <= {s.fit_D_max} alone (rule predict), each predicting D = {D}",
             )
             row["verdict"] = "inconclusive" if why else "descriptive"
             row["why"] = why or f"closest point prediction: {best}"
             rows.append(row)
-        rows.append(_verdict_row(group, d, kappa, where, p_cell, errors, measured, blockers, fit_values, s))
+        fit = fit_values[(fit_values["group"] == group) & (fit_values["d"] == d) & (fit_values["kappa"] == kappa)]
+        tested = replace(about, D_grid=grid_text(sorted(measured)), replicates=_fewest(level_stats))
+        rows.append(_verdict_row(tested, where, p_cell, errors, measured, blockers, fit, s))
+        rows += law_difference_rows(tested, level_stats, p_cell, blockers, s)
+        Ds, Y, censored = fit_levels(fit)
+        rows += law_rate_rows(replace(about, replicates=float(Y.shape[-1]) if Y.size else 0.0), Ds, Y, censored, s)
     return rows
 
 
-def _where(group: str, p_cell: pd.DataFrame) -> str:
-    algorithm = str(p_cell["algorithm"].iloc[0])
-    label = {"population": "population gradient descent", "batch": "batch gradient descent"}.get(algorithm, algorithm)
-    what = "grid" if group == GRID else f"variant {group}"
-    return f"{label} ({what}, batch {int(p_cell['batch'].max())}, {p_cell['eta_rule'].iloc[0]})"
+def _fewest(level_stats: dict) -> float:
+    return float(min((k for *_, k in level_stats.values()), default=0))
+
+
+def _group(group: str, d, kappa, p_cell: pd.DataFrame) -> About:
+    """The typed columns of a group of runs in the law test: its algorithm, batch and step sizes."""
+    return About(
+        variant=str(group),
+        algorithm=str(p_cell["algorithm"].iloc[0]),
+        batch=float(p_cell["batch"].max()),
+        eta_rule=str(p_cell["eta_rule"].iloc[0]),
+        d=float(d),
+        kappa=float(kappa),
+    )
 
 
 def _eta_at(g: pd.DataFrame) -> str:
@@ -266,7 +293,7 @@ def _eta_at(g: pd.DataFrame) -> str:
     return f"eta = {eta:.4g}" if np.isfinite(eta) else "eta unknown"
 
 
-def _verdict_row(group, d, kappa, where, p_cell, errors, measured, blockers, fit_values, s: Settings) -> dict:
+def _verdict_row(about: About, where, p_cell, errors, measured, blockers, fit, s: Settings) -> dict:
     """The pre-registered verdict of one (group, d, kappa): the criterion over every tested D."""
     from .rows import claim_row
 
@@ -280,7 +307,6 @@ def _verdict_row(group, d, kappa, where, p_cell, errors, measured, blockers, fit
     misfit = {law for law, p in lof.items() if np.isfinite(p) and p < s.lack_of_fit_alpha}
     ranked = sorted(finite, key=finite.get)
     best = ranked[0] if ranked else ""
-    fit = fit_values[(fit_values["group"] == group) & (fit_values["d"] == d) & (fit_values["kappa"] == kappa)]
     power = _power(fit, s)
     between = _between(p_cell, measured)
     detail = (
@@ -292,21 +318,20 @@ def _verdict_row(group, d, kappa, where, p_cell, errors, measured, blockers, fit
         + (f"; not measured at D = {missing}" if missing else "")
     )
     row = claim_row(
-        f"pre-registered law test, {where}: which law predicts 1 - min attention at flow time {kappa:g} D^3 "
-        f"at D = {', '.join(map(str, tested)) or 'none'} (d = {d})",
-        "after T* ~ D^3, min_j S[j*, j] >= 1 - exp(-Theta(D)): log r = a + log(D - 1) - c D (the theorem's form) "
-        f"against a power of D and the nested model, fitted on D <= {s.fit_D_max}; criterion fixed before the data: "
-        "the smallest sum of |log measured - log predicted|, a law failing lack of fit in-sample cannot pass",
+        "law_test",
+        about,
         None,
         finite.get(best, math.nan),
         math.nan,
         math.nan,
         blocker,
-        f"{where}; d = {d}; " + detail,
-        "law_test",
+        f"{where}; d = {about.d:.0f}; " + detail,
         int(sum(1 for v in measured.values() if np.isfinite(v[0]))),
-        settings={"d": int(d)},
+        "after T* ~ D^3, min_j S[j*, j] >= 1 - exp(-Theta(D)): log r = a + log(D - 1) - c D (the theorem's form) "
+        f"against a power of D and the nested model, fitted on D <= {s.fit_D_max}; criterion fixed before the data: "
+        "the smallest sum of |log measured - log predicted|, a law failing lack of fit in-sample cannot pass",
     )
+    row["subject"] = best
     if blocker:
         row["verdict"], row["why"] = "inconclusive", blocker
     elif best in misfit:

@@ -17,7 +17,7 @@ method is named here. Per run, downstream and accuracy target:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,7 @@ from .pipeline_power import Level, fit_curve_model, simulate_power
 from .power import add_power
 from .rows import claim_row
 from .settings import Settings
+from .statements import About
 from .stats import MIN_SEEDS, Prediction, bootstrap_generator, mean_interval, t_interval, verdict, widen
 
 KEPT, RESET = "pretrained", "zero"  # the values of the v_start setting
@@ -170,20 +171,28 @@ def _pair_claims(g: pd.DataFrame, run, downstream, kept, reset, s: Settings) -> 
         if gap is None:
             continue
         pred = Prediction("greater", 0.0)
+        about = About(
+            subject=kept,
+            reference=reset,
+            run=str(run),
+            downstream=str(downstream),
+            d=float(d),
+            D=float(D),
+            target=float(target),
+            replicates=float(gap.seeds),
+        )
         row = claim_row(
-            f"{kept} with v reset to 0 ({reset}) needs fewer samples for accuracy {target:g} ({run}, {downstream})",
-            "the pretrained v points along the old v*: fine-tuning must first undo it (the protocol's mechanism)",
+            "protocol_gap",
+            about,
             pred,
             gap.measured,
             gap.low,
             gap.high,
             gap.blocker(),
             f"{where}; measured = log(n*_{kept} / n*_{reset})" + gap.bounds_note(reset, kept),
-            "protocol_gap",
             gap.seeds,
+            "the pretrained v points along the old v*: fine-tuning must first undo it (the protocol's mechanism)",
             role,
-            run,
-            {"d": d, "D": D},
         )
         # the alternative: the reset saves a factor 2 in samples (no power where the data cannot decide)
         se = math.nan if gap.blocker() else gap.se
@@ -191,12 +200,13 @@ def _pair_claims(g: pd.DataFrame, run, downstream, kept, reset, s: Settings) -> 
         sim = gap_pipeline_power(pair, target, math.log(2), row["claim"], "protocol_gap", s)
         alternative = ("a factor 2 fewer samples, log 2", math.log(2))
         rows.append(add_power(row, pred, *alternative, se, gap.seeds - 1, s, pipeline=sim))
-    rows.append(_alignment_claim(g, run, downstream, kept, reset, where, role, s, {"d": d, "D": D}))
-    rows.append(_step_row(g, run, downstream, kept, where, role, {"d": d, "D": D}))
+    pair = About(subject=kept, reference=reset, run=str(run), downstream=str(downstream), d=float(d), D=float(D))
+    rows.append(_alignment_claim(g, kept, reset, where, role, s, pair))
+    rows.append(_step_row(g, kept, where, role, replace(pair, reference="")))
     return [r for r in rows if r is not None]
 
 
-def _alignment_claim(g, run, downstream, kept, reset, where, role, s, settings) -> dict | None:
+def _alignment_claim(g, kept, reset, where, role, s, about: About) -> dict | None:
     ok = g[(g["status"] == "ok") & g["cos_v1_new"].notna()] if "cos_v1_new" in g.columns else g.iloc[:0]
     sizes = sorted(set(ok.loc[ok["method"] == kept, "n"]) & set(ok.loc[ok["method"] == reset, "n"]))
     if not sizes:
@@ -208,9 +218,8 @@ def _alignment_claim(g, run, downstream, kept, reset, where, role, s, settings) 
     start = g.loc[(g["method"] == kept) & (g["n"] == n), "cos_v1_new_start"]
     pred = Prediction("greater", 0.0)
     row = claim_row(
-        f"cos(v1, new v*) after fine-tuning at n = {n}: higher from v = 0 ({reset}) than from the pretrained v "
-        f"({kept}) ({run}, {downstream})",
-        "the kept v stays turned towards the old v*: the fitted read-out aligns less with the new one",
+        "protocol_alignment",
+        replace(about, at_n=float(n), replicates=float(diff.size)),
         pred,
         m,
         lo,
@@ -219,17 +228,15 @@ def _alignment_claim(g, run, downstream, kept, reset, where, role, s, settings) 
         f"{where}; measured = mean over seeds of cos_v1_new({reset}) - cos_v1_new({kept}); "
         f"cos_v1_new {kept} {at[kept].mean():.3f}, {reset} {at[reset].mean():.3f}; "
         f"at the start {kept} {start.mean():.3f}",
-        "protocol_alignment",
         int(diff.size),
+        "the kept v stays turned towards the old v*: the fitted read-out aligns less with the new one",
         role,
-        run,
-        settings,
     )
     se = float(np.std(diff, ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else math.nan
     return add_power(row, pred, "a difference of 0.1", 0.1, se, diff.size - 1, s)
 
 
-def _step_row(g, run, downstream, kept, where, role, settings) -> dict | None:
+def _step_row(g, kept, where, role, about: About) -> dict | None:
     fits = g[(g["method"] == kept) & g["selection"].astype(str).str.match(r"cv|holdout")]
     if not len(fits) or "p_eta_rel" not in fits.columns:
         return None
@@ -243,8 +250,8 @@ def _step_row(g, run, downstream, kept, where, role, settings) -> dict | None:
         else "; grid overridden in the config: edge side not told"
     )
     row = claim_row(
-        f"{kept}: share of cross-validated step sizes at an edge of the eta_rel grid ({run}, {downstream})",
-        "a step chosen at the grid's edge is bounded by the grid, not by the data",
+        "protocol_steps",
+        about,
         None,
         share,
         math.nan,
@@ -252,11 +259,9 @@ def _step_row(g, run, downstream, kept, where, role, settings) -> dict | None:
         "",
         f"{where}; {int(at_edge.sum())} of {len(fits)} fits (every n and seed); chosen eta_rel median "
         f"{chosen.median():.3g}, range {chosen.min():.3g} .. {chosen.max():.3g}" + sides,
-        "protocol_steps",
         len(fits),
+        "a step chosen at the grid's edge is bounded by the grid, not by the data",
         role,
-        run,
-        settings,
     )
     row["verdict"], row["why"] = "descriptive", "a measured share; no verdict"
     return row

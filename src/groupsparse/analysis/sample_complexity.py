@@ -36,6 +36,7 @@ from .pipeline_power import Level, anchored, fit_curve_model, simulate_power
 from .power import add_power
 from .rows import claim_row
 from .settings import Settings
+from .statements import About, claim_text
 from .stats import CONFIDENCE, EXPONENT_TOLERANCE, Prediction, bootstrap_generator, fmt_values
 
 
@@ -50,9 +51,14 @@ class Test:
 
     coefficient: Coefficient
     prediction: Prediction | None = None
-    claim: str = ""
+    statement: str = ""  # the claim (analysis.statements), '' for none
+    about: About | None = None
     theory: str = ""
     alternative: tuple[str, float] | None = None  # the named alternative the verdict's power is against
+
+    @property
+    def claim(self) -> str:
+        return claim_text(self.statement, self.about) if self.statement else ""
 
 
 @dataclass
@@ -124,16 +130,16 @@ class JointRecord:
             c = t.coefficient
             one_sided = t.prediction.kind == "at_most"
             row = claim_row(
-                t.claim,
-                t.theory,
+                t.statement,
+                t.about,
                 t.prediction,
                 c.value,
                 c.one_sided()[0] if one_sided else c.low,
                 math.inf if one_sided else c.high,
                 f.blocker(),
                 config + f"; two-sided {CONFIDENCE:.0%} interval [{c.low:.3g}, {c.high:.3g}], dof {c.dof:.3g}",
-                self.analysis,
                 int(f.seeds[f.used].sum()) if f.used.any() else 0,
+                t.theory,
             )
             rows.append((t, row))
         return rows
@@ -203,28 +209,27 @@ D_PLUS_D = "n* ~ d + D"
 
 def _n_star_tests(fit: DesignFit, method: str, target: float, downstream: str, form: str, s: Settings) -> list[Test]:
     a, b, total = fit.coefficient("log d"), fit.coefficient("log D"), fit.combine("a + b", {"log d": 1, "log D": 1})
-    where = f"accuracy {target:g}, downstream {downstream}"
+    about = About(
+        subject=method,
+        downstream=str(downstream),
+        target=float(target),
+        form=form,
+        replicates=float(fit.seeds.min()) if fit.seeds.size else math.nan,
+    )
     if uses_pretraining(method) and form == s.n_star_form:
         at_most = Prediction("at_most", 1.0)
-        what = "n*" if form == "n*" else "n*/log^2 n*"
         return [
-            Test(a, at_most, f"{method}: exponent a of d in {what} at most 1 ({where})", N_STAR_THEORY, (D_TIMES_D, 1)),
-            Test(b, at_most, f"{method}: exponent b of D in {what} at most 1 ({where})", N_STAR_THEORY, (D_TIMES_D, 1)),
-            Test(
-                total,
-                at_most,
-                f"{method}: {what} grows no faster than d + D, a + b <= 1 ({where})",
-                N_STAR_THEORY,
-                (D_TIMES_D, 2.0),
-            ),
+            Test(a, at_most, "n_star_a_at_most", about, N_STAR_THEORY, (D_TIMES_D, 1)),
+            Test(b, at_most, "n_star_b_at_most", about, N_STAR_THEORY, (D_TIMES_D, 1)),
+            Test(total, at_most, "n_star_sum_at_most", about, N_STAR_THEORY, (D_TIMES_D, 2.0)),
         ]
     if method == BASELINE_METHOD and form == "n*":
         equal = lambda v: Prediction("equal", v, EXPONENT_TOLERANCE)
         theory = "logistic regression on vec(X) has d D features: n* ~ d D (a = b = 1, a + b = 2)"
         return [
-            Test(a, equal(1.0), f"{method}: exponent a of d in n* equals 1 ({where})", theory, (D_PLUS_D, 0.5)),
-            Test(b, equal(1.0), f"{method}: exponent b of D in n* equals 1 ({where})", theory, (D_PLUS_D, 0.5)),
-            Test(total, equal(2.0), f"{method}: n* grows like d D, a + b = 2 ({where})", theory, (D_PLUS_D, 1.0)),
+            Test(a, equal(1.0), "n_star_a_equals", about, theory, (D_PLUS_D, 0.5)),
+            Test(b, equal(1.0), "n_star_b_equals", about, theory, (D_PLUS_D, 0.5)),
+            Test(total, equal(2.0), "n_star_sum_equals", about, theory, (D_PLUS_D, 1.0)),
         ]
     return [Test(a), Test(b), Test(total)]
 

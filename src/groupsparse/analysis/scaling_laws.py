@@ -20,7 +20,7 @@ slope, putting the bound in would too). The statistics live in :mod:`.stats`, th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,7 @@ from ..io.files import InputError
 from .fits import Fit, fit_levels, mean_stat
 from .inputs import require_columns
 from .settings import Settings
+from .statements import About, claim_text
 from .stats import CONFIDENCE, Prediction, bootstrap_generator, first_crossing, fmt_values, one_sided_low
 
 ATTENTION_RESOLUTION = 1e-6  # 1 - mass below this is under float32 resolution: censored
@@ -173,9 +174,15 @@ class FitRecord:
     fit: Fit
     points: pd.DataFrame  # per seed (or per level) observations: x, y, censored, level
     prediction: Prediction | None = None
-    claim: str = ""
+    statement: str = ""  # the claim it makes (analysis.statements), '' for none
+    about: About | None = None  # the claim's typed columns
     theory: str = ""
     descriptive: bool = False  # a measured rate the theory does not bound: a claims row without a verdict
+
+    @property
+    def claim(self) -> str:
+        """The claim's text ('' without one)."""
+        return claim_text(self.statement, self.about) if self.statement else ""
 
     def row(self) -> dict:
         f = self.fit
@@ -232,11 +239,13 @@ def convergence_time_fits(crossings: pd.DataFrame, s: Settings) -> list[FitRecor
         rng = bootstrap_generator(s.study_seed, "convergence_time", int(d), quantity, float(key))
         fit = fit_levels(np.log(levels), stats, seeds, n_boot=s.n_boot, rng=rng, names=[f"D={D}" for D in levels])
         if is_theorem:
-            what = f"min over queries of S[j*, j] >= 1 - exp(-{key:g} D)"
+            what, statement = f"min over queries of S[j*, j] >= 1 - exp(-{key:g} D)", "rate_level"
         elif quantity == "attention_on_relevant":
-            what = f"mean attention on j* >= {key:g}"
+            what, statement = f"mean attention on j* >= {key:g}", "rate_attention"
         else:
-            what = f"eval loss <= {key:g}"
+            what, statement = f"eval loss <= {key:g}", "rate_loss"
+        about = About(d=float(d), **({"c": float(key)} if is_theorem else {"target": float(key)}))
+        about = replace(about, replicates=float(min(seeds)) if seeds else math.nan)
         g = g.sort_values(["D", "seed"])
         points = pd.DataFrame(
             {
@@ -259,7 +268,8 @@ def convergence_time_fits(crossings: pd.DataFrame, s: Settings) -> list[FitRecor
                 fit,
                 points,
                 None,
-                claim=f"rate (descriptive): flow time eta x steps until {what} (d = {d})",
+                statement=statement,
+                about=about,
                 theory=(
                     "after T* = Theta(D^3) steps, S[j*, j] >= 1 - exp(-Theta(D)) for every query j: a sufficient "
                     "time with a hidden constant, so a measured rate neither confirms nor refutes it (the bound's "

@@ -14,6 +14,7 @@ log(1 - min attention) from the grid run (same tasks and seeds) at the same flow
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -26,9 +27,15 @@ from .power import add_power
 from .rows import claim_row
 from .scaling_laws import MIN_ATTENTION, theorem_target, without_flow_time
 from .settings import Settings
+from .statements import About
 from .stats import METRIC_RANGES, MIN_SEEDS, Prediction, mean_interval
 
 NEEDED = ("v1_norm", "v2_norm", "W_ff_norm", "W_fp_norm", "W_pf_norm", "W_pp_norm", MIN_ATTENTION)
+
+
+def _algorithm(g: pd.DataFrame) -> str:
+    """The run's algorithm as its trajectory records it: population, batch (closed-form gradients) or autograd."""
+    return str(g["algorithm"].iloc[0]) if "algorithm" in g.columns else "batch"
 
 
 def _is_stability(variant: str) -> bool:
@@ -59,19 +66,28 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
         values = ok[MIN_ATTENTION].to_numpy(float)
         m, lo, hi = mean_interval(values, METRIC_RANGES[MIN_ATTENTION])
         pred = Prediction("greater", target)
+        about = About(
+            variant=variant,
+            run=str(run),
+            algorithm=_algorithm(g),
+            batch=float(g["batch"].max()) if "batch" in g.columns else math.nan,
+            eta=float(g["eta"].max()) if "eta" in g.columns else math.nan,
+            d=float(d),
+            D=float(D),
+            c=float(c),
+            replicates=float(len(ok)),
+        )
         row = claim_row(
-            f"{variant} training reaches the theorem's level: min attention >= 1 - exp(-{c:g} D) (D = {D})",
-            "after T* ~ D^3 steps, S[j*, j] >= 1 - exp(-Theta(D)) for every query j",
+            "reaches_level",
+            about,
             pred,
             m,
             lo,
             hi,
             blocker,
             where + f"; level 1 - exp(-{c:g} x {D}) = {target:.4g}",
-            "stability_by_D",
             len(ok),
-            run=run,
-            settings={"d": d, "D": D},
+            "after T* ~ D^3 steps, S[j*, j] >= 1 - exp(-Theta(D)) for every query j",
         )
         ref = grid[(grid["d"] == d) & (grid["D"] == D)]
         # the alternative: the grid run's minimum over queries where this run stopped, linear between its
@@ -101,10 +117,10 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
         rows.append(add_power(row, pred, *alt, se, x.size - 1, s, pipeline=sim))
         cross = np.hypot(ok["W_fp_norm"], ok["W_pf_norm"]) / np.hypot(ok["W_ff_norm"], ok["W_pp_norm"])
         described = {
-            "mean attention on j*": (ok["attention_on_relevant"], METRIC_RANGES["attention_on_relevant"]),
-            "|v2| / |v1|": (ok["v2_norm"] / ok["v1_norm"], (0.0, math.inf)),
-            "|W cross blocks| / |W diagonal blocks|": (cross, (0.0, math.inf)),
-            "eval loss": (ok["eval_loss"], METRIC_RANGES["eval_loss"]),
+            "mean_attention": (ok["attention_on_relevant"], METRIC_RANGES["attention_on_relevant"]),
+            "v2_ratio": (ok["v2_norm"] / ok["v1_norm"], (0.0, math.inf)),
+            "W_cross_ratio": (cross, (0.0, math.inf)),
+            "eval_loss": (ok["eval_loss"], METRIC_RANGES["eval_loss"]),
         }
         if len(ref):
             # paired at the same flow time eta x steps (a variant at another step size reaches it at another
@@ -125,26 +141,24 @@ def stability_by_D(traj: pd.DataFrame, s: Settings) -> list[dict]:
                 else:
                     b, why_b = math.nan, "no grid seed"
                 diffs.append(math.log(a) - math.log(b) if not (why_a or why_b) else math.nan)
-            pairing = "same step" if adaptive else "same flow time"
-            described[f"log(1 - min attention) minus the grid run's (same seed, {pairing})"] = (
+            described["rest_vs_grid_step" if adaptive else "rest_vs_grid_flow_time"] = (
                 pd.Series(diffs),
                 (-math.inf, math.inf),
             )
-        for what, (values, bounds) in described.items():
+        for quantity, (values, bounds) in described.items():
             m, lo, hi = mean_interval(np.asarray(values, dtype=float), bounds)
+            seeds = int(np.isfinite(np.asarray(values, dtype=float)).sum())
             row = claim_row(
-                f"{variant} training at D = {D}: {what} at the last step (d = {d})",
-                "the theorem's solution: attention on j*, v2 = 0, W's cross blocks 0, small loss",
+                "last_step",
+                replace(about, quantity=quantity, c=math.nan, replicates=float(seeds)),
                 None,
                 m,
                 lo,
                 hi,
                 blocker,
                 where,
-                "stability_by_D",
-                int(np.isfinite(np.asarray(values, dtype=float)).sum()),
-                run=run,
-                settings={"d": d, "D": D},
+                seeds,
+                "the theorem's solution: attention on j*, v2 = 0, W's cross blocks 0, small loss",
             )
             row["verdict"], row["why"] = "descriptive", blocker or "measured with the seeds' t interval"
             rows.append(row)

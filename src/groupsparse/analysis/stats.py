@@ -71,6 +71,9 @@ VERDICTS = (
     # the pre-registered law test (analysis.predict): the law whose point predictions err least
     *(f"{law} predicts best" for law in ("theorem", "power", "nested", "exponential")),
     "no law passes",  # the closest law fails lack of fit on the fit levels
+    # the difference of the criterion between two laws (analysis.law_difference): its interval excludes 0, or not
+    *(f"{law} predicts better" for law in ("theorem", "power", "nested", "exponential")),
+    "tie",
     "agrees",  # the batch check: another batch (or step size) gives the grid's value within the tolerance
     "differs",
 )  # see VERDICT_RULE
@@ -97,7 +100,9 @@ VERDICT_RULE = (
     f"spread is not measured). The out-of-sample law test "
     f"names the law whose point predictions (fitted on D <= fit_D_max) have the smallest sum of absolute log "
     f"errors over the tested D, the same criterion for every law, fixed before the data; 'no law passes' when "
-    f"that law fails lack of fit on the fit levels. The batch check reads 'agrees' when the paired difference "
+    f"that law fails lack of fit on the fit levels; the difference of the criterion between two laws has an interval "
+    f"(the range over a joint {CONFIDENCE:.0%} box of the tested level means): '<law> predicts better' when it "
+    f"excludes 0, 'tie' when it holds 0. The batch check reads 'agrees' when the paired difference "
     f"from a run at another batch (or step size) has its interval within +-batch_tolerance (log scale), "
     f"'differs' when the interval lies outside it. "
     f"The shape of n* over the (d, D) grid: 'holds' when the two-sided intervals of the fitted exponents (a, b) "

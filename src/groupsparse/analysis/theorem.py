@@ -15,6 +15,7 @@ from .power import add_power
 from .rows import claim_row
 from .scaling_laws import FitRecord
 from .settings import Settings
+from .statements import About, grid_text
 from .stats import MIN_SEEDS, Prediction, fmt_values, mean_interval
 
 
@@ -34,21 +35,20 @@ def concentration_claims(records: list[FitRecord], s: Settings) -> list[dict]:
             f"power exponent {c['power_slope']:.3g} [{c['power_low']:.3g}, {c['power_high']:.3g}]; "
             f"RSS exponential {c['rss_exponential']:.3g}, power {c['rss_power']:.3g}; decision: {c['decision']}"
         )
-        common = dict(
-            config=config,
-            analysis="attention_concentration",
-            n=int(fe.seeds.sum()),
-            settings={"d": c["d"]},
+        about = About(
+            d=float(c["d"]), kappa=float(c["kappa"]), D_grid=grid_text(fe.x), replicates=float(fe.seeds.min())
         )
+        common = dict(config=config, n=int(fe.seeds.sum()))
         law = claim_row(
-            f"1 - min attention at flow time {c['at']}: curvature in D over the measured levels (d = {c['d']})",
-            "after T* ~ D^3 steps, 1 - S[j*, j] <= exp(-Theta(D)): log(1 - min attention) linear in D. "
-            "RSS(power) - RSS(exponential) over the same level means (> 0: straighter against D)",
+            "curvature",
+            about,
             Prediction("greater", 0.0),
             c["delta_rss"],
             c["low"],
             c["high"],
             c["blocker"],
+            theory="after T* ~ D^3 steps, 1 - S[j*, j] <= exp(-Theta(D)): log(1 - min attention) linear in D. "
+            "RSS(power) - RSS(exponential) over the same level means (> 0: straighter against D)",
             **common,
         )
         law["verdict"] = "descriptive"
@@ -59,13 +59,14 @@ def concentration_claims(records: list[FitRecord], s: Settings) -> list[dict]:
         rows.append(law)
         pred = Prediction("less", 0.0)
         row = claim_row(
-            f"1 - min attention at flow time {c['at']} falls with D (d = {c['d']})",
-            "exp(-Theta(D)): slope of log(1 - min attention) on D below 0",
+            "falls_with_D",
+            about,
             pred,
             c["exp_slope"],
             c["exp_low"],
             c["exp_high"],
             c["blocker"],
+            theory="exp(-Theta(D)): slope of log(1 - min attention) on D below 0",
             **common,
         )
         se = float(np.std(fe.boot_slope, ddof=1)) if fe.boot_slope.size > 1 else math.nan
@@ -98,12 +99,12 @@ def stability_claims(traj: pd.DataFrame) -> list[dict]:
             continue  # never left the subspace (exactly symmetric run): nothing to measure
         g = g[g["status"] == "ok"]
         ratios = {
-            "|v2| / |v1|": g["v2_norm"] / g["v1_norm"],
-            "|W cross| / |W diagonal blocks|": np.hypot(g["W_fp_norm"], g["W_pf_norm"])
+            ("stability_v2", "|v2| / |v1|"): g["v2_norm"] / g["v1_norm"],
+            ("stability_W", "|W cross| / |W diagonal blocks|"): np.hypot(g["W_fp_norm"], g["W_pf_norm"])
             / np.hypot(g["W_ff_norm"], g["W_pp_norm"]),
         }
         variant = str(g["variant"].iloc[0]) if "variant" in g.columns else run
-        for what, ratio in ratios.items():
+        for (statement, what), ratio in ratios.items():
             per_seed = [h for _, h in g.assign(ratio=ratio).sort_values("step").groupby("seed", sort=True)]
             finals = [float(h["ratio"].iloc[-1]) for h in per_seed]
             for window, (lo_frac, hi_frac) in STABILITY_WINDOWS.items():
@@ -116,10 +117,18 @@ def stability_claims(traj: pd.DataFrame) -> list[dict]:
                         x, y = h["step"].to_numpy(float), np.log(h["ratio"].to_numpy(float))
                         rates.append(1000 * float(np.polyfit(x, y, 1)[0]))
                 m, lo, hi = mean_interval(rates)
+                about = About(
+                    run=str(run),
+                    variant=variant,
+                    window=window,
+                    d=float(g["d"].iloc[0]),
+                    D=float(g["D"].iloc[0]),
+                    replicates=float(len(rates)),
+                )
                 rows.append(
                     claim_row(
-                        f"the symmetric solution is stable: {what} does not grow, {window} phase ({run})",
-                        "the theorem's solution has v2 = 0 and W_fp = W_pf = 0; stable if a perturbation decays",
+                        statement,
+                        about,
                         Prediction("less", 0.0),
                         m,
                         lo,
@@ -128,11 +137,9 @@ def stability_claims(traj: pd.DataFrame) -> list[dict]:
                         f"run {run} (variant {variant}): growth rate of log({what}) per 1000 steps over steps "
                         f"{lo_frac:.2g}-{hi_frac:.2g} of the run; final {what} per seed: "
                         f"{', '.join(f'{v:.3g}' for v in finals)}",
-                        "stability",
                         len(rates),
+                        "the theorem's solution has v2 = 0 and W_fp = W_pf = 0; stable if a perturbation decays",
                         "ablation",
-                        run,
-                        {"d": int(g["d"].iloc[0]), "D": int(g["D"].iloc[0])},
                     )
                 )
     return rows

@@ -7,12 +7,13 @@ at the edge of their grid. `--all` prints the full tables instead, one row per a
 for the target accuracy (90% by default) of every run (sample_complexity.parquet), every claim
 with its power (claims.parquet; n/a where the table has no `power` column), every problem
 (pretrain_summary.parquet, summary.parquet, transfer.parquet); `--csv` writes them as CSV. The
-workflow's `review` rule writes the summary as the HTML report's front page.
+workflow's `review` rule writes the summary as the HTML report's front page (:func:`front_page`).
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 SCREEN = 50  # lines of the default summary: one terminal screen
@@ -178,27 +179,31 @@ def full_text(df) -> str:
 
 
 def summary_lines(results: str | Path, target: float = 0.9, limit: int = SCREEN) -> list[str]:
-    """The one-screen review: per README question its lines (groupsparse.findings), the claims'
+    """The one-screen review: per README question the answers this study's tables give (the findings'
+    templates, groupsparse.findings.render), the samples each task run's methods need, the claims'
     verdicts, what went wrong; trimmed to ``limit`` lines (the longest blocks first)."""
-    from ..findings import QUESTIONS
-    from ..findings.tables import fold, of_results
+    from ..findings.render import one_study, render
+    from ..findings.tables import fold, n_lines, of_results
     from ..io.files import InputError
 
     tables = of_results(results)
     if not tables.folder.is_dir():
         raise InputError(f"{tables.folder}: no tables yet (run the study first: snakemake --configfile <its config>)")
+    text = render("review.j2", one_study(tables), at=str)
     blocks = []
-    for number, question in enumerate(QUESTIONS, 1):
-        lines = question.summary(tables)
-        if lines:
-            blocks.append([f"{number}. {question.TITLE}", *("  " + line for line in lines)])
+    for block in [b for b in text.strip().split("\n\n") if b.strip()]:
+        head, *lines = block.splitlines()
+        blocks.append([head, *(w for line in lines for w in textwrap.wrap("  " + line, 110, subsequent_indent="    "))])
+    ran = n_lines(tables, lambda run: True)
+    if ran:
+        blocks.append(["samples needed per task run:", *("  " + line for line in ran)])
     claims = tables.table("claims") if tables.has("claims") else None
     if claims is not None and len(claims):
         counts = claims["verdict"].value_counts()
         blocks.append(fold(f"claims: {len(claims)}: ", [f"{n} {v}" for v, n in counts.items()]))
     blocks.append(problem_summary(problem_rows(*(_table(tables.folder, n) for n in PROBLEM_TABLES))))
     head = f"review of {results} (per question of the README; the full tables: --all or --csv)"
-    return [head, *_trimmed(blocks, limit - 1)]
+    return [head, *_trimmed([b for b in blocks if b], limit - 1)]
 
 
 PROBLEM_TABLES = ("pretrain_summary", "summary", "transfer")
@@ -232,6 +237,25 @@ def _trimmed(blocks: list[list[str]], limit: int) -> list[str]:
     return [line for b in blocks for line in b][:limit]
 
 
+# The report's landing view centres its content in a full-height box (blank above a short page, the top cut
+# off a tall one) and keeps the description to a narrow column: the front page sets it to start at the top
+# and use the window's width.
+FRONT_STYLE = """.. raw:: html
+
+   <style>
+   .h-screen.overflow-auto.items-center { align-items: flex-start; justify-content: flex-start; }
+   .prose.max-w-lg { max-width: min(110ch, 100%); }
+   </style>
+"""
+
+
+def front_page(intro: str, summary: str) -> str:
+    """The HTML report's front page (reStructuredText): the study's description, then this run's summary as
+    line blocks, which keep the summary's lines and wrap them to the window (a literal block cut them)."""
+    lines = [f"| {line.rstrip()}" if line.strip() else "|" for line in summary.splitlines()]
+    return intro.rstrip() + "\n\nThis run\n--------\n\n" + "\n".join(lines) + "\n\n" + FRONT_STYLE
+
+
 def run(args) -> int:
     import sys
 
@@ -243,8 +267,7 @@ def run(args) -> int:
     else:
         text = "\n".join(summary_lines(args.results, args.target)) + "\n"
     if args.intro:
-        body = "\n".join("    " + line if line else "" for line in text.splitlines())
-        text = Path(args.intro).read_text().rstrip() + "\n\nThis run\n--------\n\n::\n\n" + body + "\n"
+        text = front_page(Path(args.intro).read_text(), text)
     if args.out:
         write_text_atomic(args.out, text)
     else:

@@ -1,14 +1,15 @@
 """`groupsparse snapshot`: a finished run's results into the docs: its main figures to docs/results/,
-its tables and claims as Markdown to docs/results.md, its CSV tables to docs/results/tables/ (the
-committed tables), and, for a shipped study, the README's findings section regenerated from the
-committed tables (see :mod:`groupsparse.io.report` and :mod:`groupsparse.findings`).
-`--findings-only` regenerates that section alone."""
+its tables and claims as Markdown to docs/results.md (opening on the answers its tables give, worded
+by the findings' templates), its CSV tables to docs/results/tables/ (the committed tables), and, for a
+shipped study, docs/findings.md and the README's answers table regenerated from the committed tables
+(see :mod:`groupsparse.io.report` and :mod:`groupsparse.findings`). `--findings-only` regenerates
+those alone."""
 
 from __future__ import annotations
 
 
 def register(sub) -> None:
-    p = sub.add_parser("snapshot", help="write a finished study's results to the docs and the README's findings")
+    p = sub.add_parser("snapshot", help="write a finished study's results to the docs, the findings and the README")
     p.add_argument("--results", default="results/default", help="a finished study's results folder")
     p.add_argument("--docs", default="docs/results", help="where the figure copies go (the tables in <docs>/tables)")
     p.add_argument("--out", default="docs/results.md", help="the Markdown file written (whole, generated)")
@@ -27,7 +28,7 @@ def register(sub) -> None:
     p.add_argument(
         "--findings-only",
         action="store_true",
-        help="only rewrite README.md's findings section from the committed tables (docs/*/tables/)",
+        help="only rewrite docs/findings.md and README.md's answers table from the committed tables (docs/*/tables/)",
     )
     p.set_defaults(func=run)
 
@@ -41,7 +42,8 @@ def run(args) -> int:
 
     if args.findings_only:
         changed = readme.write(".")
-        print(f"README.md findings section {'rewritten' if changed else 'unchanged'} from the committed tables")
+        done = "rewritten" if changed else "unchanged"
+        print(f"docs/findings.md and README.md's answers {done} from the committed tables")
         return 0
 
     from ..io.report import results_commit_problem, write_snapshot
@@ -52,11 +54,15 @@ def run(args) -> int:
 
         raise InputError(f"{problem}; commit, rerun the study, then snapshot (or --allow-dirty)")
 
-    count = write_snapshot(args.results, args.docs, args.out, args.wall_seconds, args.cores)
+    from ..findings.render import one_study, render
+    from ..findings.tables import of_results
+
+    answers = render("page_answers.j2", one_study(of_results(args.results)), at=readme.in_docs)
+    count = write_snapshot(args.results, args.docs, args.out, args.wall_seconds, args.cores, answers)
     tables = commit_tables(args.results, Path(args.docs) / "tables")
     print(f"wrote {args.out}, {count} figures to {args.docs} and {len(tables)} tables to {args.docs}/tables")
     study = (json.loads((Path(args.results) / "provenance.json").read_text()).get("study") or {}).get("study_name")
     if any(s.name == study and Path(s.page) == Path(args.docs) for s in SHIPPED) and Path("README.md").is_file():
         changed = readme.write(".")
-        print(f"README.md findings section {'rewritten' if changed else 'unchanged'} from the committed tables")
+        print(f"docs/findings.md and README.md's answers {'rewritten' if changed else 'unchanged'}")
     return 0

@@ -1,19 +1,9 @@
-"""The README's findings and `groupsparse review`'s summary, one module per README question.
+"""The study's answers: per README question its data (one module each: ``theorem`` for question 1,
+``training`` 2, ``transfer`` 3, ``images`` 4, each with ``context(studies) -> dict``) and one renderer
+(:mod:`.render`, jinja2 templates in findings/templates/) that words them for docs/findings.md, the
+README's answers table, the study pages and `groupsparse review`.
 
-The README's section between its findings markers is generated (`groupsparse snapshot`) from the
-committed tables of the shipped studies, docs/<page>/tables/*.csv (:mod:`.tables`), and
-`groupsparse review` prints the same questions' short answers from one study's results/ tables.
-Each question is one module with two functions, so that its wording lives in one place:
-
-- ``finding(studies) -> str``: the README's paragraph, every number read from a committed table
-  (or the config it quotes) and each bullet naming its tables and config;
-- ``summary(tables) -> list[str]``: its lines of the review, from any one study's tables (none
-  when the study has no table for it).
+The data are read from the committed tables of the shipped studies, docs/<page>/tables/*.csv
+(:mod:`.tables`), or from one results folder's tables, the claims selected by their typed columns
+(analysis/statements.py), never by their text.
 """
-
-from __future__ import annotations
-
-from . import images, theorem, training, transfer
-
-# The README's questions, in its order.
-QUESTIONS = (theorem, training, transfer, images)

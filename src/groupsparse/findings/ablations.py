@@ -3,7 +3,7 @@ pretraining learned and what transfer reached at the largest n, beside the run w
 
 Read from the default study's committed pretrain_summary.csv (its rows of role `ablation`) and
 summary.csv (downstream `transfer`, the largest of `ablations.transfer.sizes`): the table is a page of its
-own, docs/ablations.md (:func:`page`), which the README's findings name in one line (:func:`paragraph`);
+own, docs/ablations.md (:func:`page`), which docs/findings.md links;
 both are written by `groupsparse snapshot --findings-only`. The ablations figure shows the same runs' curves.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .tables import Sources, Tables, interval, listing, num
+from .tables import Tables, interval, listing, num
 
 STUDY = "default"
 PAGE = "docs/ablations.md"  # the table's page, repository-relative
@@ -32,18 +32,6 @@ def change(override: dict, prefix: str = "") -> str:
 
 def _cell(x, digits: int = 3) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else num(x, digits)
-
-
-def paragraph(studies: dict[str, Tables]) -> str:
-    """The README's line naming the ablations' page ('' when the default study has no ablation runs)."""
-    parts = table(studies)
-    if parts is None:
-        return ""
-    setting, cite, _ = parts
-    return (
-        f"**Ablations of the base task** ({setting}): what pretraining learned and transfer reached, per variant, "
-        f"in [{PAGE}]({PAGE}) {cite}."
-    )
 
 
 def page(studies: dict[str, Tables]) -> str:
@@ -68,7 +56,7 @@ def table(studies: dict[str, Tables]) -> tuple[str, str, str] | None:
     without ablation runs."""
     if STUDY not in studies:
         return None
-    s = Sources(studies[STUDY])
+    s = studies[STUDY]
     ab = s.config.get("ablations") or {}
     if not ab.get("enabled"):
         return None
@@ -115,10 +103,12 @@ def table(studies: dict[str, Tables]) -> tuple[str, str, str] | None:
     p = ab["pretrain"]
     eta = p.get("eta", s.config["pretrain"]["eta"])
     setting = (
-        f"`ablations` of `{s.t.config_file}`: the base task d = {base['d']}, D = {base['D']}, each variant one "
+        f"`ablations` of `{s.config_file}`: the base task d = {base['d']}, D = {base['D']}, each variant one "
         f"change, {p['seeds']} seeds, {p['steps']} steps of batch-{p['batch']} gradient descent at eta = {eta:g} "
         f"from the zero start unless the change says otherwise, the baseline `{baseline}`; transfer at n = "
         f"{listing(transfer.get('sizes') or [n])}, the largest shown"
     )
     markdown = "\n".join(["| " + " | ".join(head) + " |", "|---" * len(head) + "|", *rows]) + "\n"
-    return setting, s.cite(), markdown
+    used = ["pretrain_summary"] + (["summary"] if methods else [])
+    cite = "(from " + ", ".join(f"[`{n}.csv`]({s.link}/{n}.csv)" for n in used) + f" of `{s.config_file}`)"
+    return setting, cite, markdown

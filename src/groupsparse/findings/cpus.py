@@ -1,16 +1,16 @@
 """The same study on another CPU: its committed tables beside the README's, and what differs.
 
 A shipped study with ``same_as`` set (findings.tables.SHIPPED) is a rerun of another shipped study's
-config on another CPU, committed by `groupsparse snapshot --docs docs/<page>` like any run. The README's
-paragraph here names the claims whose verdict differs between the two runs and the largest
-differences in the claims' measured values and in the samples needed (n*), each number a table's own.
+config on another CPU, committed by `groupsparse snapshot --docs docs/<page>` like any run. The findings'
+section (templates/other_cpus.j2) names the claims whose verdict differs between the two runs and the
+largest differences in the claims' measured values and in the samples needed (n*), each number a table's own.
 """
 
 from __future__ import annotations
 
 import math
 
-from .tables import SHIPPED, Sources, Tables, cpu_of, cpu_text, n_interval, num
+from .tables import SHIPPED, Tables, cpu_of, cpu_text, n_interval
 
 SHOWN = 6  # differing verdicts listed in the README (the rest: the two claims tables side by side)
 
@@ -32,10 +32,19 @@ def _now(claims):
     return claims.assign(verdict=claims.apply(verdict_now, axis=1)) if len(claims) else claims
 
 
-def compared(a: Tables | Sources, b: Tables | Sources):
-    """(claims joined on their text, n* joined on (run, downstream, method, target)), columns _a and _b
-    (Sources record the tables read, for the paragraph's citation); verdicts under the current rule."""
-    claims = _now(a.table("claims")).merge(_now(b.table("claims")), on="claim", suffixes=("_a", "_b"))
+def _typed(claims):
+    """The claims with their text made anew from their typed columns (analysis.statements): the identity the
+    two runs' claims are joined on, and the text shown."""
+    from ..analysis.statements import about_of, claim_text
+
+    text = [claim_text(r["statement"], about_of(r)) for _, r in claims.iterrows()]
+    return claims.assign(claim=text)
+
+
+def compared(a: Tables, b: Tables):
+    """(claims joined on their typed columns' text, n* joined on (run, downstream, method, target)), columns _a
+    and _b; verdicts under the current rule."""
+    claims = _now(_typed(a.claims())).merge(_now(_typed(b.claims())), on="claim", suffixes=("_a", "_b"))
     keys = ["run", "downstream", "method", "target_accuracy"]
     n = a.table("sample_complexity").merge(b.table("sample_complexity"), on=keys, suffixes=("_a", "_b"))
     return claims, n
@@ -57,63 +66,61 @@ def _in_widths(r) -> float:
     return gap / width if width > 0 and math.isfinite(gap) else math.nan
 
 
-def paragraph(studies: dict[str, Tables]) -> str:
-    """The README's paragraph for every shipped rerun on another CPU ('' when there is none)."""
-    parts = []
+def context(studies: dict[str, Tables]) -> list[dict]:
+    """Per shipped rerun on another CPU (templates/other_cpus.j2 words it): both runs' CPUs and commits,
+    the claims whose verdict differs, the judged claim that moves most against its interval and the largest
+    difference in samples needed."""
+    out = []
     for s in SHIPPED:
-        if s.same_as is None or s.name not in studies:
+        if s.same_as is None or s.name not in studies or s.same_as not in studies:
             continue
         a, b = studies[s.same_as], studies[s.name]
-        src_a, src_b = Sources(a), Sources(b)
-        claims, n = compared(src_a, src_b)
+        claims, n = compared(a, b)
         differ = claims[claims["verdict_a"] != claims["verdict_b"]]
-        here, there = _name(a), _name(b)
-        text = (
-            f"**The same study on another CPU.** `{a.config_file}` ran also on {cpu_text(b.folder)} "
-            f"([{s.page}.md]({s.page}.md)), every job as in the questions above (the same config, algorithms "
-            f"and step sizes); the README's runs are on {cpu_text(a.folder)}."
-        )
-        commits = (_commit(a), _commit(b))
-        if commits[0] != commits[1]:
-            text += (
-                f" The two ran at different commits ({commits[0]} and {commits[1]}); their verdicts are compared "
-                "under the current verdict rule, which each row's interval, prediction and power decide."
-            )
-        text += " "
-        if differ.empty:
-            text += "Every claim has the same verdict on both. "
-        else:
-            shown = [
-                f'"{_short(r["claim"])}": {r["verdict_a"]} ({num(r["measured_a"])}) on {here}, {r["verdict_b"]} '
-                f"({num(r['measured_b'])}) on {there}"
-                for _, r in differ.head(SHOWN).iterrows()
-            ]
-            more = "; and more (the two claims tables side by side)" if len(differ) > SHOWN else ""
-            text += "Verdicts that differ: " + "; ".join(shown) + more + ". "
         claims = claims.assign(widths=[_in_widths(r) for _, r in claims.iterrows()])
         judged = claims[~claims["verdict_a"].isin(["descriptive"])].dropna(subset=["widths"])
-        if not judged.empty:
-            r = judged.loc[judged["widths"].idxmax()]
-            text += (
-                "The judged claim whose measured value moves most against its interval: "
-                f'"{_short(r["claim"])}", {num(r["measured_a"])} [{num(r["low_a"])}, {num(r["high_a"])}] on '
-                f"{here}, {num(r['measured_b'])} [{num(r['low_b'])}, {num(r['high_b'])}] on {there}. "
-            )
         both = n[n["reached_on_grid_a"].astype(bool) & n["reached_on_grid_b"].astype(bool)]
+        largest = None
         if not both.empty:
             ratio = [max(x, y) / min(x, y) for x, y in zip(both["n_needed_a"], both["n_needed_b"])]
             r = both.iloc[max(range(len(ratio)), key=ratio.__getitem__)]
-            side = {c: r[f"{c}_a"] for c in ("n_needed", "ci_low", "ci_high")}
-            other = {c: r[f"{c}_b"] for c in ("n_needed", "ci_low", "ci_high")}
-            text += (
-                f"The largest difference in samples needed where both reach the target: {r['method']} on "
-                f"{r['run']} ({r['downstream']}, accuracy {num(r['target_accuracy'], 2)}), n* "
-                f"{n_interval(side)} on {here}, {n_interval(other)} on {there}; the intervals "
-                f"{'overlap' if _overlap(side, other) else 'do not overlap'}. "
-            )
-        text += f"{src_a.cite()[:-1]}; {src_b.cite()[1:]}"
-        parts.append(text)
-    return "\n\n".join(parts)
+            here = {c: r[f"{c}_a"] for c in ("n_needed", "ci_low", "ci_high")}
+            there = {c: r[f"{c}_b"] for c in ("n_needed", "ci_low", "ci_high")}
+            largest = {
+                "method": r["method"],
+                "run": r["run"],
+                "downstream": r["downstream"],
+                "target": float(r["target_accuracy"]),
+                "here": n_interval(here),
+                "there": n_interval(there),
+                "overlap": _overlap(here, there),
+            }
+        moves = None
+        if not judged.empty:
+            r = judged.loc[judged["widths"].idxmax()]
+            values = {f"{k}_{x}": float(r[f"{k}_{x}"]) for k in ("measured", "low", "high") for x in "ab"}
+            moves = {"claim": _short(r["claim"])} | values
+        out.append(
+            {
+                "config": a.config_file,
+                "page": s.page,
+                "cpu_a": cpu_text(a.folder),
+                "cpu_b": cpu_text(b.folder),
+                "name_a": _name(a),
+                "name_b": _name(b),
+                "commits": (_commit(a), _commit(b)),
+                "differ": [
+                    {"claim": _short(r["claim"]), "a": r["verdict_a"], "b": r["verdict_b"]}
+                    | {"measured_a": float(r["measured_a"]), "measured_b": float(r["measured_b"])}
+                    for _, r in differ.head(SHOWN).iterrows()
+                ],
+                "more": max(len(differ) - SHOWN, 0),
+                "moves": moves,
+                "largest": largest,
+                "tables": (a.link, b.link),
+            }
+        )
+    return out
 
 
 def _commit(t: Tables) -> str:

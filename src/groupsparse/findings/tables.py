@@ -1,11 +1,11 @@
-"""What a finding reads, and how it names it: a study's tables and config, the tables each
-bullet used, and the number formats.
+"""What a finding reads: a study's tables and config, its claims selected by their typed columns, and
+the number formats.
 
 A study's tables are its committed copies (docs/<page>/tables/<name>.csv, written by `groupsparse
 snapshot`) or a results folder's (results/<study>/tables/<name>.parquet, else .csv); both carry the
-workflow's column names. Claims are found by the start of their text, which the analysis writes
-from the config's values, so a finding asks for exactly the claims its config implies and a
-missing one stops the generator with its text and table.
+workflow's column names. Claims are selected by their typed columns (analysis/statements.py: the
+statement, the variant, kappa, c, the method...), never by their text; a claim a finding needs and
+does not find stops the generator naming the columns it asked for and the table.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Shipped:
         return f"{self.page}/tables"
 
 
-# The README's findings read these studies' committed tables.
+# The findings (docs/findings.md, the README's answers) read these studies' committed tables.
 SHIPPED = (
     Shipped("default", "config.yaml", "docs/results"),
     Shipped("population", "configs/population.yaml", "docs/population"),
@@ -124,18 +124,63 @@ class Tables:
             self._config = config
         return self._config
 
-    def claims(self, start: str):
-        """The claims whose text starts with ``start`` (empty if none or no claims table)."""
+    def claims(self, **where):
+        """The claims whose typed columns have these values (:func:`select`); empty without a claims table."""
         if not self.has("claims"):
             return _empty()
         c = self.table("claims")
-        return c[c["claim"].astype(str).str.startswith(start)]
+        if "statement" not in c.columns:
+            raise FindingsError(
+                f"{self.folder}/claims: written before the typed claim columns (run tools/upgrade_claims.py)"
+            )
+        return select(c, **where)
+
+    def claim(self, **where):
+        """The one claim with these typed columns."""
+        hit = self.claims(**where)
+        if len(hit) != 1:
+            shown = ", ".join(f"{k} = {v!r}" for k, v in where.items())
+            raise FindingsError(f"{self.folder}/claims: {len(hit)} claims with {shown} (want one)")
+        return hit.iloc[0]
+
+    def rows(self, name: str, **where):
+        """The rows of table ``name`` with these column values (:func:`select`)."""
+        return select(self.table(name), **where)
+
+    def row(self, name: str, **where):
+        """The one row of table ``name`` with these column values."""
+        rows = self.rows(name, **where)
+        if len(rows) != 1:
+            shown = ", ".join(f"{k} = {v!r}" for k, v in where.items())
+            raise FindingsError(f"{self.folder}/{name}: {len(rows)} rows with {shown} (want one)")
+        return rows.iloc[0]
+
+    @property
+    def page(self) -> str:
+        """The study's page, docs-relative ('population.md'), from its tables' folder link."""
+        return self.link.removesuffix("/tables").removeprefix("docs/") + ".md"
+
+
+def select(df, **where):
+    """The rows of ``df`` whose columns have these values: a float compared to 1e-9, '' matching an empty cell
+    (NaN), a list or tuple any of its values."""
+    for key, value in where.items():
+        column = df[key]
+        if isinstance(value, list | tuple):
+            df = df[column.isin(value)]
+        elif isinstance(value, float | int) and not isinstance(value, bool):
+            df = df[(column.astype(float) - float(value)).abs() < 1e-9]
+        elif value == "":
+            df = df[column.isna() | (column.astype(str) == "")]
+        else:
+            df = df[column.astype(str) == str(value)]
+    return df
 
 
 def _empty():
     import pandas as pd
 
-    return pd.DataFrame(columns=["claim", "measured", "low", "high", "verdict", "power"])
+    return pd.DataFrame(columns=["claim", "statement", "measured", "low", "high", "verdict", "power"])
 
 
 def of_results(results) -> Tables:
@@ -201,56 +246,7 @@ def commit_tables(results, folder) -> list[str]:
     return written
 
 
-class Sources:
-    """One bullet's reads from one study: the tables used (in first-use order), cited by :meth:`cite`."""
-
-    def __init__(self, tables: Tables):
-        self.t = tables
-        self.used: list[str] = []
-
-    @property
-    def config(self) -> dict:
-        return self.t.config
-
-    def table(self, name: str):
-        if name not in self.used:
-            self.used.append(name)
-        return self.t.table(name)
-
-    def claim(self, start: str):
-        """The one claim whose text starts with ``start``."""
-        c = self.table("claims")
-        hit = c[c["claim"].astype(str).str.startswith(start)]
-        if len(hit) != 1:
-            raise FindingsError(f"{self.t.folder}/claims: {len(hit)} claims start with {start!r} (want one)")
-        return hit.iloc[0]
-
-    def row(self, name: str, **where):
-        """The one row of table ``name`` with these column values."""
-        rows = self.rows(name, **where)
-        if len(rows) != 1:
-            shown = ", ".join(f"{k} = {v}" for k, v in where.items())
-            raise FindingsError(f"{self.t.folder}/{name}: {len(rows)} rows with {shown} (want one)")
-        return rows.iloc[0]
-
-    def rows(self, name: str, **where):
-        df = self.table(name)
-        for key, value in where.items():
-            column = df[key]
-            df = df[(column - value).abs() < 1e-9] if isinstance(value, float) else df[column == value]
-        return df
-
-    def cite(self) -> str:
-        """'(from [`claims.csv`](docs/.../claims.csv) of `configs/theorem.yaml`)'."""
-        links = ", ".join(f"[`{name}.csv`]({self.t.link}/{name}.csv)" for name in self.used)
-        return f"(from {links} of `{self.t.config_file}`)" if links else f"(`{self.t.config_file}`)"
-
-
 # --- number formats: a README number is a table's value at the precision shown --------------------
-
-
-def missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
 
 
 def num(x, digits: int = 3) -> str:
@@ -285,19 +281,6 @@ def n_interval(row) -> str:
 POWERS_DISAGREE = 0.1
 
 
-def power(row) -> str:
-    """'power 0.88'; where the simulation of the pipeline and the plug-in disagree, both:
-    'power 0.07 (simulated; plug-in 0.34)'."""
-    get = row.get if hasattr(row, "get") else (lambda _k: None)
-    p, sim, plugin = get("power"), get("power_pipeline"), get("power_plugin")
-    if missing(p):
-        return "power n/a"
-    text = f"power {float(p):.2f}"
-    if not missing(sim) and not missing(plugin) and abs(float(sim) - float(plugin)) > POWERS_DISAGREE:
-        text += f" (simulated; plug-in {float(plugin):.2f})"
-    return text
-
-
 def method_label(name: str) -> str:
     """A method's words for a reader: the label it declares (else its one-line description)."""
     from ..transfer.methods import registry
@@ -308,21 +291,10 @@ def method_label(name: str) -> str:
     return getattr(method, "label", None) or method.description
 
 
-def steps(kappa: float) -> str:
-    """'D^3 steps' for kappa 1, else '0.5 D^3 steps' (the prose; claims' own text keeps '1 D^3')."""
-    return "D^3 steps" if float(kappa) == 1 else f"{float(kappa):g} D^3 steps"
-
-
 def listing(values, digits: int | None = None) -> str:
     """'4, 6, 8 and 12' (numbers at ``digits`` decimals, else as given)."""
     items = [num(v, digits) if digits is not None else f"{v:g}" if isinstance(v, float) else str(v) for v in values]
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def span(values, digits: int = 3, sep: str = "-") -> str:
-    """'0.80-1.00': the smallest and largest of ``values`` (one value if they agree)."""
-    lo, hi = num(min(values), digits), num(max(values), digits)
-    return lo if lo == hi else f"{lo}{sep}{hi}"
 
 
 def fold(head: str, items: list[str], width: int = 100, sep: str = ", ") -> list[str]:

@@ -289,9 +289,12 @@ def results_commit_problem(results) -> str | None:
     return None
 
 
-def write_snapshot(results: Path, docs: Path, out: Path, wall_seconds: float | None, cores: int) -> int:
+def write_snapshot(
+    results: Path, docs: Path, out: Path, wall_seconds: float | None, cores: int, answers: str = ""
+) -> int:
     """Copy the main figures to ``docs`` and write the results and claims as ``out`` (docs/results.md),
-    a whole generated file; returns the figure count."""
+    a whole generated file, opening on ``answers`` (the questions this study answers, worded by the
+    findings' templates); returns the figure count."""
     results, docs, out = Path(results), Path(docs), Path(out)
     tables = results / "tables"
     docs.mkdir(parents=True, exist_ok=True)
@@ -315,6 +318,10 @@ def write_snapshot(results: Path, docs: Path, out: Path, wall_seconds: float | N
         "",
         "**Run time.** " + overhead_section(results, wall_seconds, cores),
         "",
+    ]
+    if answers.strip():
+        parts += ["## What this study answers", "", answers.strip(), ""]
+    parts += [
         "## Settings (from the run's provenance)",
         "",
         settings_section(results),
