@@ -205,7 +205,7 @@ def project_step_fn(torch, spec, seeds):
 
     def block(steps):
         for _ in range(steps):  # what Trainer.run does per step, without the recording
-            trainer.step(active)
+            trainer.rule.step(active)
 
     return trainer, block
 
@@ -264,12 +264,12 @@ def compute_only(torch, table, args, ceilings):
     spec = run_spec("float32")
     seeds = list(range(5))
     trainer, _ = project_step_fn(torch, spec, seeds)
-    drawn = trainer.draw()
+    drawn = trainer.rule.draw()
     active = torch.ones(len(seeds), dtype=torch.bool)
 
     def project(steps):
         for _ in range(steps):
-            trainer.descend(trainer.step_grads(drawn)[1], active)
+            trainer.rule.descend(trainer.rule.step_grads(drawn)[1], active)
 
     refs = [make_reference(torch, spec, s, torch.float32, fresh_data=False) for s in seeds]
     reference = functools.partial(run_one_seed_at_a_time, refs)
@@ -366,15 +366,15 @@ def kernel_step(torch, trainer, kernel, active, steps: int) -> None:
     """``steps`` training steps of ``trainer`` with its gradients by ``kernel`` (the signature of
     ``fastpath.seed_loss_and_grads``), seed by seed: the trainer's draw and descent around another
     implementation, without touching the modules the trainer's own step calls."""
-    W_key, P, sc, anti = "layer0.W", trainer.positions, trainer.scale, trainer.antithetic
+    W_key, P, sc, anti = "layer0.W", trainer.positions, trainer.scale, trainer.batches.antithetic
     for _ in range(steps):
-        drawn = trainer.draw()
-        W, v = trainer.params[W_key], trainer.params["v"]
+        drawn = trainer.rule.draw()
+        W, v = trainer.parameters()[W_key], trainer.parameters()["v"]
         grads = []
         for s, (X, y) in enumerate(drawn):
             _, gW, gv = kernel(W[s], v[s], X, y, P, sc, anti)
-            grads.append(trainer.descent.gradient(s, gW, gv))
-        trainer.descend(trainer.descent.stack(grads), active)
+            grads.append(trainer.rule.update.gradient(s, gW, gv))
+        trainer.rule.descend(trainer.rule.update.stack(grads), active)
 
 
 def compile_section(torch, table, args):
@@ -391,11 +391,11 @@ def compile_section(torch, table, args):
     trainers = {who: Trainer(spec, seeds) for who in ("project", "eager", "compiled")}
     active = torch.ones(len(seeds), dtype=torch.bool)
     for tr in trainers.values():
-        tr.step(active)
-        tr.step(active)
-        tr.step(active)  # away from W = v = 0, where the W-gradient vanishes
+        tr.rule.step(active)
+        tr.rule.step(active)
+        tr.rule.step(active)  # away from W = v = 0, where the W-gradient vanishes
     tr = trainers["compiled"]
-    (X, y), W, v = tr.draw()[0], tr.params["layer0.W"], tr.params["v"]
+    (X, y), W, v = tr.rule.draw()[0], tr.parameters()["layer0.W"], tr.parameters()["v"]
     t0 = time.perf_counter()  # compile here, on the main thread
     got = compiled(W[0], v[0], X, y, tr.positions, tr.scale, True)
     compile_s = time.perf_counter() - t0
@@ -405,7 +405,7 @@ def compile_section(torch, table, args):
     again = compiled(W[0].clone(), v[0].clone(), X.clone(), y.clone(), tr.positions, tr.scale, True)
     same_bits = all(torch.equal(a, b) for a, b in zip(got, again))
     fns = {
-        "project": lambda: [trainers["project"].step(active) for _ in range(args.steps)],
+        "project": lambda: [trainers["project"].rule.step(active) for _ in range(args.steps)],
         "eager": lambda: kernel_step(torch, trainers["eager"], eager, active, args.steps),
         "compiled": lambda: kernel_step(torch, trainers["compiled"], compiled, active, args.steps),
     }
@@ -608,9 +608,9 @@ spec, seeds, steps = RunSpec.from_dict(json.loads(sys.argv[1])), json.loads(sys.
 t = Trainer(spec, seeds)
 active = torch.ones(len(seeds), dtype=torch.bool)
 for step in range(steps):
-    loss = t.step(active)
-    t.metrics(step, loss, active)
-    t.mean_attention(step, active)
+    loss = t.rule.step(active)
+    t.recorder.metrics(step, loss, active)
+    t.recorder.mean_attention(step, active)
 # VmHWM: this process's peak RSS (ru_maxrss would carry the parent's RSS over fork + exec)
 print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")))
 """

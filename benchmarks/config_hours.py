@@ -36,8 +36,8 @@ def measure(torch, spec, repeats: int) -> dict[str, float]:
 
     t = Trainer(spec, [0])
     active = torch.ones(1, dtype=torch.bool)
-    t.step(active)
-    loss = t.step(active)
+    t.rule.step(active)
+    loss = t.rule.step(active)
 
     def best(fn, n):
         out = float("inf")
@@ -48,9 +48,9 @@ def measure(torch, spec, repeats: int) -> dict[str, float]:
         return out
 
     return {
-        "step": best(lambda: t.step(active), repeats),
-        "record": best(lambda: t.metrics(1, loss, active), 3),
-        "attention": best(lambda: t.mean_attention(1, active), 2),
+        "step": best(lambda: t.rule.step(active), repeats),
+        "record": best(lambda: t.recorder.metrics(1, loss, active), 3),
+        "attention": best(lambda: t.recorder.mean_attention(1, active), 2),
     }
 
 

@@ -105,7 +105,7 @@ def step_rate(torch, spec, seeds: int, kernel=None, seconds: float = 5.0) -> flo
         if callable(kernel):
             kernel_step(torch, trainer, kernel, active, 1)
         else:
-            trainer.step(active)
+            trainer.rule.step(active)
 
     for _ in range(3):
         step()

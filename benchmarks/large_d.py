@@ -56,13 +56,13 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
 
             def block(who, n=args.steps, trainers=trainers, active=active):
                 for _ in range(n):
-                    trainers[who].step(active)
+                    trainers[who].rule.step(active)
 
-            drawn = {who: trainers[who].draw() for who in trainers}  # one batch each, reused
+            drawn = {who: trainers[who].rule.draw() for who in trainers}  # one batch each, reused
 
             def kernel_only(who, n=args.steps, trainers=trainers, drawn=drawn):
                 for _ in range(n):
-                    trainers[who].step_grads(drawn[who])
+                    trainers[who].rule.step_grads(drawn[who])
 
             for who in trainers:
                 block(who, 2)
@@ -160,9 +160,9 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
     from groupsparse.model import symmetric
 
     tr = trainers["symmetric"]
-    drawn = tr.draw()
-    _, grads = tr.step_grads(drawn)
-    W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
+    drawn = tr.rule.draw()
+    _, grads = tr.rule.step_grads(drawn)
+    W, v, P, sc = tr.parameters()["layer0.W"], tr.parameters()["v"], tr.positions, tr.scale
     seeds = range(SEEDS)
     if tr.plan.kernel == "symmetric_loops":
         return _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads)
@@ -173,15 +173,15 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
     costs = symmetric.phase_costs(BATCH, D, d, item)
     m = d + D
     parts = {
-        "draw": (tr.draw, (0, item * d * D * BATCH // 2)),
+        "draw": (tr.rule.draw, (0, item * d * D * BATCH // 2)),
         "scores": (lambda: [symmetric.scores(W[s], v[s], drawn[s][0], P, sc) for s in seeds], costs["scores"]),
         "softmax + exp": (lambda: [symmetric.softmax(XA[s][1]) for s in seeds], costs["softmax"]),
         "backward": (
             lambda: [symmetric.backward(W[s], v[s], XA[s][0], S[s], XA[s][2], drawn[s][1], P, sc) for s in seeds],
             costs["backward"],
         ),
-        "descent": (lambda: tr.descend(grads, active), (2 * (m * m + m), 3 * item * (m * m + m))),
-        "whole step": (lambda: tr.step(active), (symmetric.flops(BATCH, D, d), None)),
+        "descent": (lambda: tr.rule.descend(grads, active), (2 * (m * m + m), 3 * item * (m * m + m))),
+        "whole step": (lambda: tr.rule.step(active), (symmetric.flops(BATCH, D, d), None)),
     }
 
     _profile_rows(table, args, parts, f"symmetric, {dtype}", D, ceiling, timed_blocks)
@@ -196,7 +196,7 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
     from groupsparse.model import symmetric, symmetric_loops
 
     tr = trainers["symmetric"]
-    W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
+    W, v, P, sc = tr.parameters()["layer0.W"], tr.parameters()["v"], tr.positions, tr.scale
     active = torch.ones(SEEDS, dtype=torch.bool)
     m, H = d + D, BATCH // 2
 
@@ -210,14 +210,14 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
             symmetric.loss_and_grads(W[s], v[s], *drawn[s], P, sc, loops=True)
 
     parts = {
-        "draw": (tr.draw, (0, 4 * d * D * H)),
+        "draw": (tr.rule.draw, (0, 4 * d * D * H)),
         "loops": (lambda: [symmetric_loops.loss_and_rows(*inputs[s]) for s in range(SEEDS)], loops_flops),
         "kernel (the loops and P (.) P^T, torch calls)": (
             kernel,
             (loops_flops[0] + products[0], loops_flops[1] + products[1]),
         ),
-        "descent": (lambda: tr.descend(grads, active), (2 * (m * m + m), 3 * 4 * (m * m + m))),
-        "whole step": (lambda: tr.step(active), (symmetric.flops(BATCH, D, d, True), None)),
+        "descent": (lambda: tr.rule.descend(grads, active), (2 * (m * m + m), 3 * 4 * (m * m + m))),
+        "whole step": (lambda: tr.rule.step(active), (symmetric.flops(BATCH, D, d, True), None)),
     }
 
     best = _profile_rows(table, args, parts, "symmetric (float32 loops)", D, ceiling, timed_blocks)
@@ -273,8 +273,8 @@ def _profile_general(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
 
     if dtype != "float32":
         return
-    drawn = tr.draw()
-    W, v, P, sc = tr.params["layer0.W"], tr.params["v"], tr.positions, tr.scale
+    drawn = tr.rule.draw()
+    W, v, P, sc = tr.parameters()["layer0.W"], tr.parameters()["v"], tr.positions, tr.scale
     H, M = BATCH // 2, 2
     state = {}
 
@@ -357,10 +357,14 @@ def _recording_share(torch, table, args, run_spec, per_seed_step, timed_blocks):
         n_att = len(attention_steps(steps, spec.pretrain.attention_checkpoints))
         for who in ("general", "symmetric"):  # the evaluation's forward pass follows the plan
             tr = Trainer(spec, list(range(SEEDS)), plan=chosen[who])
-            tr.metrics(0, loss, active)
-            t_rec = min(timed_blocks({"m": lambda t=tr, x=loss, a=active: t.metrics(0, x, a)}, args.repeats)["m"])
+            tr.recorder.metrics(0, loss, active)
+            t_rec = min(
+                timed_blocks({"m": lambda t=tr, x=loss, a=active: t.recorder.metrics(0, x, a)}, args.repeats)["m"]
+            )
             t_att = min(
-                timed_blocks({"a": lambda t=tr, a=active: t.mean_attention(0, a)}, max(1, args.repeats // 3))["a"]
+                timed_blocks({"a": lambda t=tr, a=active: t.recorder.mean_attention(0, a)}, max(1, args.repeats // 3))[
+                    "a"
+                ]
             )
             t_steps = per_seed_step[("float32", D)][who] * SEEDS * steps
             rec = n_rec * t_rec + n_att * t_att
@@ -392,12 +396,12 @@ def _sweep_cost(torch, table, args, run_spec, timed_blocks):
 
         def shared(trainers=trainers, sweep=sweep):
             for _ in range(args.steps):
-                drawn = trainers[max(sweep)].draw()  # per seed (X (d, D, H), y (H,)): one stream
+                drawn = trainers[max(sweep)].rule.draw()  # per seed (X (d, D, H), y (H,)): one stream
                 for B, t in trainers.items():
                     h = B // 2
-                    t.descend(t.step_grads([(X[..., :h], y[:h]) for X, y in drawn])[1], active)
+                    t.rule.descend(t.rule.step_grads([(X[..., :h], y[:h]) for X, y in drawn])[1], active)
 
-        fns = {B: (lambda t=t: [t.step(active) for _ in range(args.steps)]) for B, t in trainers.items()}
+        fns = {B: (lambda t=t: [t.rule.step(active) for _ in range(args.steps)]) for B, t in trainers.items()}
         fns["shared"] = shared
         for f in fns.values():
             f()

@@ -87,33 +87,39 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
     }
     for tr in trainers.values():
         for _ in range(3):
-            tr.step(active)
+            tr.rule.step(active)
 
     def block(tr, n=args.steps * 4):
         """n steps as ``Trainer.run`` takes them between recordings: population mode on the loops in calls of
         many (``Trainer.descend_many``), every other run one ``Trainer.step`` at a time."""
-        if not tr.fusable:
+        if not (tr.rule.many is not None):
             for _ in range(n):
-                tr.step(active)
+                tr.rule.step(active)
             return
-        done, k = 0, tr.fused_steps()
+        done, k = 0, tr.rule.many.most
         while done < n:
-            if tr.descend_many(min(k, n - done), [math.inf]) is None:
+            if tr.rule.many.take(min(k, n - done), [math.inf]) is None:
                 raise RuntimeError("a timed step's loss was not finite")
             done += min(k, n - done)
 
     n_block = FUSED_BLOCK_STEPS
-    one_by_one = {f"{who}, one Trainer.step at a time": tr for who, tr in trainers.items() if tr.fusable}
+    one_by_one = {
+        f"{who}, one Trainer.step at a time": tr for who, tr in trainers.items() if (tr.rule.many is not None)
+    }
     ts = timed_blocks(
         {who: (lambda t=tr: block(t, n_block)) for who, tr in trainers.items()}
-        | {who: (lambda t=tr: [t.step(active) for _ in range(n_block)]) for who, tr in one_by_one.items()},
+        | {who: (lambda t=tr: [t.rule.step(active) for _ in range(n_block)]) for who, tr in one_by_one.items()},
         max(args.repeats, 5),
     )
     best = {who: min(t) / n_block for who, t in ts.items()}
     plain_step = best["plain, batch 512"]
     for who, t in best.items():
         tr = trainers.get(who) or one_by_one[who]
-        how = "" if who in one_by_one or not tr.fusable else f", {tr.fused_steps()} steps a call as Trainer.run"
+        how = (
+            ""
+            if who in one_by_one or not (tr.rule.many is not None)
+            else f", {tr.rule.many.most} steps a call as Trainer.run"
+        )
         table.add(
             "population",
             f"{who}, float32, d = {d}, D = {D}, 1 seed ({tr.plan.kernel}{', projected' if tr.plan.projected else ''}"
@@ -144,7 +150,7 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
             continue
         trs = {r.spec["pretrain"]["batch"]: Trainer(spec_of(r), [0]) for r in runs}
         for tr in trs.values():
-            tr.step(active)
+            tr.rule.step(active)
         n_large = max(FUSED_BLOCK_STEPS // 4, 1)
         blocks = {B: (lambda t=tr, n=n_large: block(t, n)) for B, tr in trs.items()}
         ts = timed_blocks(blocks, max(3, args.repeats // 2))
@@ -174,22 +180,22 @@ def _profile_one(torch, table, args, who, tr, D, timed_blocks):
     from groupsparse.model import cpu, dispatch, population
 
     active = torch.ones(1, dtype=torch.bool)
-    drawn = tr.draw()
+    drawn = tr.rule.draw()
     (X, y), task = drawn[0], tr.tasks[0]
-    W, v, P = tr.params["layer0.W"][0], tr.params["v"][0], tr.positions
-    _, gW, gv = dispatch.loss_and_grads(tr.plan, W, v, X, y, P, tr.scale, tr.antithetic)
-    _, grads = tr.step_grads(drawn)
+    W, v, P = tr.parameters()["layer0.W"][0], tr.parameters()["v"][0], tr.positions
+    _, gW, gv = dispatch.loss_and_grads(tr.plan, W, v, X, y, P, tr.scale, tr.batches.antithetic)
+    _, grads = tr.rule.step_grads(drawn)
     coef = tr.coef[0].clone()
     parts = {
-        "draw": tr.draw,
+        "draw": tr.rule.draw,
         "kernel (the batch gradient)": lambda: dispatch.loss_and_grads(tr.plan, W, v, X, y, P, tr.scale, True),
         "projection (population.project)": lambda: population.project(gW, gv, task.v_star, task.j_star, P),
         "W and v from the coefficients (population.build)": lambda: population.build(
             coef, task.v_star, task.j_star, P, tr.dtype
         ),
-        "step_grads (kernel, projection, the trainer's calls)": lambda: tr.step_grads(drawn),
-        "descend (coefficients, then W and v built)": lambda: tr.descend(grads, active),
-        "whole step (Trainer.step)": lambda: tr.step(active),
+        "step_grads (kernel, projection, the trainer's calls)": lambda: tr.rule.step_grads(drawn),
+        "descend (coefficients, then W and v built)": lambda: tr.rule.descend(grads, active),
+        "whole step (Trainer.step)": lambda: tr.rule.step(active),
     }
     n = args.steps * 4
 
@@ -261,9 +267,9 @@ def _recording_seconds(torch, spec, timed_blocks) -> tuple[float, float]:
 
     tr = Trainer(spec, [0])
     loss, active = torch.zeros(1), torch.ones(1, dtype=torch.bool)
-    tr.metrics(0, loss, active)
-    rec = min(timed_blocks({"m": lambda: tr.metrics(0, loss, active)}, 3)["m"])
-    att = min(timed_blocks({"a": lambda: tr.mean_attention(0, active)}, 2)["a"])
+    tr.recorder.metrics(0, loss, active)
+    rec = min(timed_blocks({"m": lambda: tr.recorder.metrics(0, loss, active)}, 3)["m"])
+    att = min(timed_blocks({"a": lambda: tr.recorder.mean_attention(0, active)}, 2)["a"])
     return rec, att
 
 

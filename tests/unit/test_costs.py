@@ -129,7 +129,7 @@ def test_import_is_torch_and_numpy_free():
 def test_torch_free_copies_agree_with_the_real_code():
     """The recording grid is counted without numpy; the transfer methods have no copy any more (each
     method module declares its own work and coefficients, read by costs and the runner alike)."""
-    from groupsparse.training.pretrain import attention_steps, record_steps
+    from groupsparse.training.recording import attention_steps, record_steps
     from groupsparse.transfer.methods import method_names
 
     fitted = costs.coefficients()["transfer_fit"]

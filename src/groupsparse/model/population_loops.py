@@ -14,7 +14,7 @@ at a time) without its products with X ([Ws; v1] X, the gradient rows T^T = X^T 
 (no horizontal sum a row; its time beside the loops' is not yet measured). Nothing with P runs in a
 step: the four D x D products of the general route (``population.build`` and ``population.project``)
 and the building of W and v are skipped; W and v are built only when a recording or a resume state
-reads them (``training.descent.Parameters``).
+reads them (``training.steps.Steps.parameters``).
 
 In exact arithmetic this is the general route's step; in float32 the constant block is C rounded once
 (not P (P C P) P^T at each product), and the per-sample sums are added in float64:
