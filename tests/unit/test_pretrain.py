@@ -112,6 +112,52 @@ def test_cuda_run_matches_cpu_run(gradient):
     assert run.trajectory[["eval_loss", "attention_on_relevant"]].notna().all().all()
 
 
+class EventToEvent:
+    """A descent rule of its own (``training/rule.py``'s interface): plain gradient descent that goes from one
+    event to the next in one call, as a flow solver goes from one event's flow time to the next."""
+
+    def __init__(self, steps):
+        self.steps, self.eta, self.coef, self.advances = steps, steps.eta, None, []
+
+    def parameters(self):
+        return self.steps.parameters()
+
+    def evaluate(self, step, guard):
+        return self.steps.evaluate(step, guard)
+
+    def advance(self, step, to, guard, pause, progress=None):
+        self.advances.append((step, to))
+        self.steps.descend(self.steps.pending, guard.active)
+        for _ in range(step + 1, to):
+            self.steps.step(guard.active)
+        return to
+
+    def state(self):
+        return self.steps.state()
+
+    def load(self, tensors, meta, device):
+        self.steps.load(tensors, meta, device)
+
+
+def test_a_descent_rule_of_its_own_slots_into_the_trainer(monkeypatch):
+    """The trainer asks its rule only for the interface of training/rule.py: a rule that advances from event
+    to event in one go gives the run's numbers, recorded at the same steps, with nothing else changed."""
+    from groupsparse.training import rule as rules
+
+    spec = tiny(pretrain={"steps": 40, "record_every": 10, "attention_checkpoints": 3})
+    reference = Trainer(spec, [0, 1]).run()
+    make = rules.make
+    made = []
+    monkeypatch.setattr(rules, "make", lambda *args: made.append(EventToEvent(make(*args))) or made[-1])
+    trainer = Trainer(spec, [0, 1])
+    assert trainer.rule is made[0] and trainer.recorder.rule is made[0]
+    res = trainer.run()
+    assert_same_run(reference, res, 0, 0)
+    assert_same_run(reference, res, 1, 1)
+    stops = [to for _, to in made[0].advances]
+    assert stops == sorted((set(reference.trajectory["step"]) | set(reference.attention["step"])) - {0})
+
+
 # --- resume, checkpoints, tables -------------------------------------------------------------
 
 
