@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..config.schema import schema_defaults
+from ..config.specs import step_size
 from ..model import dispatch, kernel_flops
 from ..transfer import methods as registry  # torch-free: each method module declares its work
 from ..transfer.spec import TransferSpec
@@ -110,6 +111,7 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     d, D = t["d"], t["D"]
     m, L = token_width(model, d, D), model["layers"]
     R = record_count(p["steps"], p["record_every"], p["attention_checkpoints"])
+    eta = step_size(p["eta"], p["eta_D_limit"], D)
     return {
         "job": "pretrain",
         "kind": t["kind"],
@@ -119,6 +121,8 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
         "layers": L,
         "seeds": seeds,
         "steps": p["steps"],
+        "eta": eta,
+        "flow_time": eta * p["steps"],  # tau = eta x steps: a solver in flow time is priced by it
         "batch": p["batch"],
         "eval_size": p["eval_size"],
         "records": R,
