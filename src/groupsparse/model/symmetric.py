@@ -48,11 +48,6 @@ __all__ = ["flops", "loops_phase_costs", "phase_costs"]  # re-exported: the FLOP
 _LOG2E = 1.0 / math.log(2.0)
 
 
-def on_subspace(W: torch.Tensor, v: torch.Tensor, d: int) -> bool:
-    """True when v2 and W's cross blocks are exactly 0 (one seed: W (m, m), v (m,))."""
-    return not (bool(W[:d, d:].any()) or bool(W[d:, :d].any()) or bool(v[d:].any()))
-
-
 def scores(W, v, Xi, P, scale: float):
     """X (H, D, d), the scores A (H, D, D) [sample, query j, key i] in natural units, and the
     values u = X v1 (H, D), for samples Xi (d, D, H) (the draw's layout)."""

@@ -68,15 +68,6 @@ def exp2(x):
     return e * _as_float32((np.int32(n) + np.int32(127)) << 23)
 
 
-@njit(**FMA)
-def exp2_shifted(x):
-    """2^x of a float32 array with x <= 0, as the loops compute it (for tests)."""
-    out = np.empty_like(x)
-    for j in range(x.shape[0]):
-        out[j] = exp2(x[j])
-    return out
-
-
 @njit(**dict(JIT, fastmath={"contract", "reassoc"}))
 def row_dot(row, z, n):
     """sum of row[:n] z[:n], vectorised (reassociated)."""
@@ -148,12 +139,12 @@ def _combine2(out0, out1, rows, coef0, coef1):
 
 
 @njit(**FMA, inline="always")
-def _scores4(A, CT, G, Xs, i, top):
-    """Scores of keys i..i+3 (rows of A) in one set of passes over G's d rows, coefficients in
-    registers: the constant block plus single rows until the rest is a multiple of four, then fours;
-    their maximum over keys into top."""
+def rows4(A, C, G, Xs, i):
+    """Rows i..i+3 of A = C + Xs^T G (A, C (D, D); G, Xs (d, D)) in one set of passes over G's d rows,
+    coefficients in registers: C plus single rows until the rest is a multiple of four, then fours. The
+    scores (G = [Ws] X, C the constant block) and population mode's Gram matrix (G = X, C = 0)."""
     a0, a1, a2, a3 = A[i], A[i + 1], A[i + 2], A[i + 3]
-    c0, c1, c2, c3 = CT[i], CT[i + 1], CT[i + 2], CT[i + 3]
+    c0, c1, c2, c3 = C[i], C[i + 1], C[i + 2], C[i + 3]
     d, n = G.shape[0], A.shape[1]
     k = 0
     if d % 4 == 0:
@@ -195,12 +186,55 @@ def _scores4(A, CT, G, Xs, i, top):
             a2[j] += ((r0 * y0 + r1 * y1) + r2 * y2) + r3 * y3
             a3[j] += ((s0 * y0 + s1 * y1) + s2 * y2) + s3 * y3
         k += 4
-    for j in range(n):
+
+
+@njit(**FMA, inline="always")
+def _scores4(A, CT, G, Xs, i, top):
+    """Scores of keys i..i+3 (rows of A, ``rows4``) and their maximum over keys into top."""
+    rows4(A, CT, G, Xs, i)
+    a0, a1, a2, a3 = A[i], A[i + 1], A[i + 2], A[i + 3]
+    for j in range(A.shape[1]):
         t = top[j]
         t = a0[j] if a0[j] > t else t
         t = a1[j] if a1[j] > t else t
         t = a2[j] if a2[j] > t else t
         top[j] = a3[j] if a3[j] > t else t
+
+
+@njit(**FMA, inline="always")
+def gather_block(Xb, X, b, nb):
+    """Samples b..b+nb of X (d, D, H), the draw's layout, into Xb (d, BLOCK, D) [feature, sample, group]."""
+    d, D = X.shape[0], X.shape[1]
+    for k in range(d):
+        for i in range(D):
+            src = X[k, i, b : b + nb]
+            for s in range(nb):
+                Xb[k, s, i] = src[s]
+
+
+@njit(**FMA, inline="always")
+def softmax_columns(A, top, z, acc, weights):
+    """Over keys i (rows of A, scores): A <- E = 2^(A - top), z_j = sum_i E_ij and acc_j = sum_i weights_i
+    E_ij (the unnormalised softmax of each query's column and its weighted sum)."""
+    D = A.shape[1]
+    for j in range(D):
+        z[j] = 0.0
+        acc[j] = 0.0
+    for i in range(A.shape[0]):
+        a, wi = A[i], weights[i]
+        for j in range(D):
+            e = exp2(a[j] - top[j])
+            a[j] = e
+            z[j] += e
+            acc[j] += wi * e
+
+
+@njit(**FMA, inline="always")
+def logistic(yb, f, H):
+    """A sample's logistic loss at margin -yb f (float64) and its slope g / H (float32); the mirror half
+    of an antithetic batch has the same margin and slope."""
+    nm = -yb * f
+    return (nm if nm > 0 else 0.0) + math.log1p(math.exp(-abs(nm))), np.float32(-yb / H / (1.0 + math.exp(-nm)))
 
 
 @njit(**FMA)
@@ -239,11 +273,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
         t = b % BLOCK
         if t == 0:
             nb = min(BLOCK, H - b)
-            for k in range(d):
-                for i in range(D):
-                    src = X[k, i, b : b + nb]
-                    for s in range(nb):
-                        Xb[k, s, i] = src[s]
+            gather_block(Xb, X, b, nb)
             kk = 0  # G over the whole block (a last, shorter block's rows past nb are stale, never read)
             while kk + 1 < d + 1:
                 _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1])
@@ -276,16 +306,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
                 top[j] = a[j] if a[j] > top[j] else top[j]
         # softmax over keys i (a column operation): E = 2^(A - top) = 2^n 2^x with |x| <= 1/2, its sums
         # over keys z_j and the unnormalised values sum_i E_ij u_i; S = E / z is never written
-        for j in range(D):
-            z[j] = 0.0
-            ubar[j] = 0.0
-        for i in range(D):
-            a, ui = A[i], u[i]
-            for j in range(D):
-                e = exp2(a[j] - top[j])
-                a[j] = e
-                z[j] += e
-                ubar[j] += ui * e
+        softmax_columns(A, top, z, ubar, u)
         f = np.float32(0.0)
         for j in range(D):
             z[j] = _ONE / z[j]
@@ -293,9 +314,8 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
             f += ubar[j]
         # the mirror half has outputs -f and labels -y: the same margin, so the mean over 2H samples is
         # the mean over H, and every gradient term has the slope g of H samples
-        nm = -y[b] * f
-        loss += (nm if nm > 0 else 0.0) + math.log1p(math.exp(-abs(nm)))
-        g = np.float32(-y[b] / H / (1.0 + math.exp(-nm)))
+        term, g = logistic(y[b], f, H)
+        loss += term
         # dL/dA = g S o (u_i - ubar_j) = E_ij (u_i g z_j - g ubar_j z_j): summed over samples, and
         # T^T = X^T dL/dA (rows over queries); r_i = sum_j S_ij = sum_j E_ij z_j, the mass key i receives
         for j in range(D):
