@@ -211,7 +211,7 @@ def project_step_fn(torch, spec, seeds):
 
 
 def pretraining_section(torch, table, args, ceilings):
-    from groupsparse.model.fastpath import dense_flops
+    from groupsparse.model.kernel_flops import dense_flops
 
     results = {}
     for dtype in ("float32", "float64"):
@@ -259,7 +259,7 @@ def run_one_seed_at_a_time(refs, steps):
 
 def compute_only(torch, table, args, ceilings):
     """The same comparison without the data draw: each side reuses one batch (5 seeds, float32)."""
-    from groupsparse.model.fastpath import dense_flops
+    from groupsparse.model.kernel_flops import dense_flops
 
     spec = run_spec("float32")
     seeds = list(range(5))
@@ -300,7 +300,7 @@ def kernel_section(torch, table, args, allocator: str, ceilings):
     from groupsparse.config.specs import ModelSpec
     from groupsparse.data.synthetic import draw_task, standard_normal
     from groupsparse.model import dispatch, fastpath
-    from groupsparse.model.fastpath import dense_flops
+    from groupsparse.model.kernel_flops import dense_flops
     from groupsparse.model.transformer import embed, loss_and_grads_closed_form, sine_positions
     from groupsparse.training.pretrain import task_identity
 
@@ -557,8 +557,8 @@ def sweep_section(torch, table, args, ceilings) -> float | None:
     """Trainer.step() (draw, kernel, descent) for one seed, float64, batch 1024 (the scaling grid's), at
     d in SWEEP_d and D in SWEEP_D, beside the FLOP model. Returns the largest point's fraction of the
     float64 GEMM ceiling (dense FLOP count), or None if it was not in the sweep."""
-    from groupsparse.model import dispatch, symmetric
-    from groupsparse.model.fastpath import dense_flops, kernel_flops
+    from groupsparse.model import dispatch, kernel_flops
+    from groupsparse.model.kernel_flops import dense_flops
 
     dtype, B = LARGEST["dtype"], LARGEST["batch"]
     times = {}
@@ -574,7 +574,8 @@ def sweep_section(torch, table, args, ceilings) -> float | None:
 
     def own_flops(B, D, d):  # the kernel the dispatch gives a run from the zero start at this D
         spec = run_spec(dtype, task={"d": d, "D": D}, pretrain={"batch": B})
-        return (symmetric.flops if dispatch.plan(spec).kernel.startswith("symmetric") else kernel_flops)(B, D, d)
+        symmetric = dispatch.plan(spec).kernel.startswith("symmetric")
+        return (kernel_flops.symmetric_flops if symmetric else kernel_flops.general_flops)(B, D, d)
 
     ref = (SWEEP_d[-1], SWEEP_D[-1])
     per_kflop = times[ref][0] / own_flops(B, ref[1], ref[0])  # seconds per kernel FLOP at the largest point
@@ -975,7 +976,7 @@ def main(argv=None) -> int:
 
 
 def _dense(spec) -> int:
-    from groupsparse.model.fastpath import dense_flops
+    from groupsparse.model.kernel_flops import dense_flops
 
     return dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d)
 

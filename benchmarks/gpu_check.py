@@ -134,8 +134,8 @@ def contractions(batched: bool):
 def benchmark(torch) -> None:
     import population_cost
 
-    from groupsparse.model import dispatch, symmetric
-    from groupsparse.model.fastpath import dense_flops, kernel_flops
+    from groupsparse.model import dispatch, kernel_flops
+    from groupsparse.model.kernel_flops import dense_flops
 
     n = 8192 if DEVICE == "cuda" else 1024
     seconds = 5.0 if DEVICE == "cuda" else 1.0
@@ -165,7 +165,7 @@ def benchmark(torch) -> None:
                 spec,
                 S,
                 rate,
-                kernel_flops(B, D, d),
+                kernel_flops.general_flops(B, D, d),
             )
         plan = dispatch.plan(spec)
         if plan.kernel.startswith("symmetric"):
@@ -175,7 +175,7 @@ def benchmark(torch) -> None:
                 spec,
                 S,
                 rate,
-                symmetric.flops(B, D, d, plan.kernel == "symmetric_loops"),
+                kernel_flops.symmetric_flops(B, D, d, plan.kernel == "symmetric_loops"),
             )
     # the theorem test's points: d = 10, batch 512, 5 seeds, float32, on the symmetric subspace
     for D in (32, 64):
@@ -187,7 +187,7 @@ def benchmark(torch) -> None:
             spec,
             5,
             rate,
-            symmetric.flops(512, D, 10, plan.kernel == "symmetric_loops"),
+            kernel_flops.symmetric_flops(512, D, 10, plan.kernel == "symmetric_loops"),
         )
         if D == 64:
             point = 2 * D**3 / rate / 3600
@@ -207,7 +207,7 @@ def benchmark(torch) -> None:
                 spec,
                 1,
                 rate,
-                symmetric.flops(p["batch"], D, 10, plan.kernel == "symmetric_loops"),
+                kernel_flops.symmetric_flops(p["batch"], D, 10, plan.kernel == "symmetric_loops"),
             )
             hours += len(run.seeds) * p["steps"] / rate / 3600
         print(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import statistics
 
+from groupsparse.model import kernel_flops
+
 d, BATCH, SEEDS = 10, 512, 5
 D_GRID = (16, 32, 64)
 SPEEDUP_TARGETS = {32: 3.0, 64: 5.0}
@@ -41,7 +43,6 @@ def plans(spec) -> dict:
 
 def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]:
     """Adds the rows; returns the targets as (name, value, target, unit) for bench.py's target rows."""
-    from groupsparse.model import fastpath, symmetric
     from groupsparse.training.pretrain import Trainer
 
     checks, per_seed_step = [], {}
@@ -77,8 +78,11 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
             best = {who: min(t) / args.steps / SEEDS for who, t in ts.items()}
             med = {who: statistics.median(t) / args.steps / SEEDS for who, t in ts.items()}
             per_seed_step[(dtype, D)] = best
-            dense = fastpath.dense_flops(BATCH, D, d)
-            own = {"general": fastpath.kernel_flops(BATCH, D, d), "symmetric": symmetric.flops(BATCH, D, d, loops)}
+            dense = kernel_flops.dense_flops(BATCH, D, d)
+            own = {
+                "general": kernel_flops.general_flops(BATCH, D, d),
+                "symmetric": kernel_flops.symmetric_flops(BATCH, D, d, loops),
+            }
             for who in trainers:
                 rate, dense_rate = own[who] / best[who] / 1e9, dense / best[who] / 1e9
                 table.add(
@@ -112,7 +116,7 @@ def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]
                     f"symmetric in its torch form, {dtype}, d = {d}, D = {D}: step_grads alone",
                     torch_form_kernel * 1e3,
                     "ms/seed-step",
-                    symmetric.flops(BATCH, D, d) / torch_form_kernel / 1e9,
+                    kernel_flops.symmetric_flops(BATCH, D, d) / torch_form_kernel / 1e9,
                     ceilings[dtype],
                     ratio=kern["general"] / torch_form_kernel,
                     note=f"the loops are {torch_form_kernel / kern['symmetric']:.2f}x this; ratio = general / this",
@@ -170,7 +174,7 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
     S = [symmetric.softmax(A.clone()) for _, A, _ in XA]  # in place: the scores stay for the softmax's timing
     active = torch.ones(SEEDS, dtype=torch.bool)
     item = torch.finfo(tr.dtype).bits // 8
-    costs = symmetric.phase_costs(BATCH, D, d, item)
+    costs = kernel_flops.symmetric_torch_phases(BATCH, D, d, item)
     m = d + D
     parts = {
         "draw": (tr.rule.draw, (0, item * d * D * BATCH // 2)),
@@ -181,7 +185,7 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
             costs["backward"],
         ),
         "descent": (lambda: tr.rule.descend(grads, active), (2 * (m * m + m), 3 * item * (m * m + m))),
-        "whole step": (lambda: tr.rule.step(active), (symmetric.flops(BATCH, D, d), None)),
+        "whole step": (lambda: tr.rule.step(active), (kernel_flops.symmetric_flops(BATCH, D, d), None)),
     }
 
     _profile_rows(table, args, parts, f"symmetric, {dtype}", D, ceiling, timed_blocks)
@@ -202,7 +206,7 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
 
     # the loops' own arguments, made once per seed (as the kernel makes them every step)
     inputs = [[a.copy() for a in symmetric.loop_arguments(W[s], v[s], *drawn[s], P, sc)] for s in range(SEEDS)]
-    costs = symmetric.loops_phase_costs(BATCH, D, d)
+    costs = kernel_flops.symmetric_loops_phases(BATCH, D, d)
     loops_flops, products = costs["loops"], costs["products"]
 
     def kernel():
@@ -217,7 +221,7 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
             (loops_flops[0] + products[0], loops_flops[1] + products[1]),
         ),
         "descent": (lambda: tr.rule.descend(grads, active), (2 * (m * m + m), 3 * 4 * (m * m + m))),
-        "whole step": (lambda: tr.rule.step(active), (symmetric.flops(BATCH, D, d, True), None)),
+        "whole step": (lambda: tr.rule.step(active), (kernel_flops.symmetric_flops(BATCH, D, d, True), None)),
     }
 
     best = _profile_rows(table, args, parts, "symmetric (float32 loops)", D, ceiling, timed_blocks)
@@ -235,7 +239,7 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
 def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
     """Time each part (``name: (fn, (FLOPs, bytes))``, subnormals flushed) and add a profile row per part:
     time, rate by the part's own FLOPs, bytes' rate. Returns the best seconds per seed-step of each part."""
-    from groupsparse.model import cpu, fastpath
+    from groupsparse.model import cpu
 
     def timed(fn):
         def run():
@@ -246,7 +250,7 @@ def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
         return run
 
     ts = timed_blocks({k: timed(fn) for k, (fn, _) in parts.items()}, args.repeats)
-    dense = fastpath.dense_flops(BATCH, D, d)
+    dense = kernel_flops.dense_flops(BATCH, D, d)
     best = {}
     for name, (_, (fl, by)) in parts.items():
         t = best[name] = min(ts[name]) / args.steps / SEEDS
@@ -318,7 +322,7 @@ def _profile_general(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
 
     s4 = 4
     n = (d + 2 * D + 1) * D * H
-    model = {  # FLOPs as fastpath.kernel_flops splits them; bytes: the passes of each phase, once each
+    model = {  # FLOPs as kernel_flops.general_flops splits them; bytes: the passes of each phase, once each
         "scores": (H * (2 * d * D * (d + 2 * D + 1) + 2 * d * D * D + 4 * M * D * D), s4 * (2 * n + H * 3 * M * D * D)),
         "softmax + exp": (H * 6 * M * D * D, s4 * H * 5 * M * D * D),
         "backward": (

@@ -15,7 +15,7 @@ import torch
 
 from groupsparse.config.specs import ModelSpec, RunSpec
 from groupsparse.data.synthetic import draw_task, standard_normal
-from groupsparse.model import cpu, fastpath
+from groupsparse.model import cpu, fastpath, kernel_flops
 from groupsparse.model.transformer import embed, loss_and_grads_closed_form, sine_positions
 from groupsparse.training.pretrain import Trainer
 
@@ -168,7 +168,7 @@ def test_dense_flop_count():
     # scores 2BDm^2 + 2BD^2m, W-gradient the same again
     B, D, d = 8, 3, 2
     m = d + D
-    assert fastpath.dense_flops(B, D, d) == 2 * (2 * B * D * m * m + 2 * B * D * D * m)
+    assert kernel_flops.dense_flops(B, D, d) == 2 * (2 * B * D * m * m + 2 * B * D * D * m)
 
 
 # --- the data draw in the run's precision (issue 18) ---------------------------------------------

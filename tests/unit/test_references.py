@@ -83,11 +83,14 @@ def _module(parts: list[str]) -> Path | None:
 
 
 def _defines(module: Path, name: str) -> bool:
-    """Whether ``module`` defines, assigns or imports ``name`` (or is a package holding a module ``name``)."""
+    """Whether ``module`` defines, assigns or imports ``name`` (or is a package holding a module ``name``), or
+    a sibling module it imports everything from (``from .work import *``) does."""
     if module.name == "__init__.py" and ((module.parent / f"{name}.py").is_file() or (module.parent / name).is_dir()):
         return True
+    text = module.read_text()
     pattern = rf"(?m)^\s*(?:def|class) {name}\b|^\s*{name}\s*[:=]|\bimport\b[^\n]*\b{name}\b|^\s+{name}\b.*,$"
-    return re.search(pattern, module.read_text()) is not None
+    starred = [module.parent / f"{m}.py" for m in re.findall(r"(?m)^from \.(\w+) import \*", text)]
+    return re.search(pattern, text) is not None or any(_defines(m, name) for m in starred if m.is_file())
 
 
 def _dotted_ok(dotted: str) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.kinds import DEFAULT_KIND, kind_of
+from ..model.dispatch import Plan
 from .model import (
     COEFFS_PATH,
     FIT_TERMS,
@@ -22,13 +23,33 @@ from .model import (
     transfer_mem_features,
     transfer_parts,
 )
-from .work import DTYPE_BYTES, Fit, describe_transfer, measured_methods, pretrain_bytes, pretrain_flops, transfer_fits
+from .work import DTYPE_BYTES, Fit, describe_transfer, measured_methods, pretrain_bytes, pretrain_work, transfer_fits
+
+__all__ = [
+    "DEFAULT_DATA",
+    "TABLES",
+    "fit",
+    "measured_vs_predicted",
+    "read_table",
+    "report",
+    "write_coefficients",
+]
 
 # -- fitting (numpy/scipy imported here only) --------------------------------------------------
 
 TABLES = ("pretrain.tsv", "transfer.tsv", "transfer_fits.tsv")
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "benchmarks" / "costs"
-TWO_FACTORS_FROM = 3  # measured points of a path from which it gets a factor for its flops and one for its draws
+TWO_FACTORS_FROM = 3  # measured points of a rate from which it gets a factor for its flops and one for its draws
+# pretrain.tsv's rows measured before the rows named their plan: the implementation (kernel, projected) and
+# the sampling (antithetic) each cost path of that time stands for
+MEASURED_PATHS = {
+    "antithetic": ("general", False, True),
+    "iid": ("general", False, False),
+    "autograd": ("autograd", False, True),
+    "symmetric": ("symmetric", False, True),
+    "symmetric_loops": ("symmetric_loops", False, True),
+    "population_loops": ("symmetric_loops", True, True),
+}
 
 
 def read_table(path: Path) -> list[dict]:
@@ -39,16 +60,19 @@ def read_table(path: Path) -> list[dict]:
 
 
 def _pre_row(r: dict) -> dict:
-    """Features of a measured pretraining row, recomputed from its raw sizes."""
+    """Features of a measured pretraining row, recomputed from its raw sizes and plan."""
     d, D, m, L, S = (int(r[k]) for k in ("d", "D", "m", "layers", "seeds"))
     T, B, E, R = (int(r[k]) for k in ("steps", "batch", "eval_size", "records"))
+    if r.get("kernel"):
+        kernel, projected, antithetic = r["kernel"], r["projected"] == "True", r["sampling"] == "antithetic"
+    else:
+        kernel, projected, antithetic = MEASURED_PATHS[r["path"]]
+    plan = Plan(kernel, projected)
     return {
         "dtype": r["dtype"],
-        "path": r["path"],
         "kind": r.get("kind") or DEFAULT_KIND,
-        "flops": pretrain_flops(r["path"], S, L, d, D, m, T, B, R, E),
-        "draws": S * T * B * D * d,
-        **pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, r["path"]),
+        **pretrain_work(plan, S, L, d, D, m, T, B, R, E, antithetic),
+        **pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, not plan.closed_form),
         "cpu_s": float(r["user_s"]) + float(r["sys_s"]),
         "mem_mb": float(r["max_rss_mb"]),
     }
@@ -114,25 +138,24 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
 
     data = Path(data)
     pre = [_pre_row(r) for r in read_table(data / "pretrain.tsv")]
-    fast = [p for p in pre if p["path"] == "antithetic"]
+    fast = [p for p in pre if p["rate"] == "gemm"]
     X = [
         [1.0, p["flops"] * (p["dtype"] == "float32"), p["flops"] * (p["dtype"] == "float64"), p["draws"]] for p in fast
     ]
     c0, f32, f64, draw = _nnls_relative(X, [p["cpu_s"] for p in fast])
     base = {"c0_s": c0, "s_per_flop": {"float32": f32, "float64": f64}, "s_per_draw": draw}
-    factors: dict[str, Any] = {"antithetic": 1.0}
-    for path in sorted({p["path"] for p in pre} - {"antithetic"}):  # each other path measured: its factor
-        rows = [p for p in pre if p["path"] == path]
+    factors: dict[str, Any] = {"gemm": 1.0}
+    for rate in sorted({p["rate"] for p in pre} - {"gemm"}):  # each other rate measured: its factor
+        rows = [p for p in pre if p["rate"] == rate]
         flops = [base["s_per_flop"][p["dtype"]] * p["flops"] for p in rows]
         draws = [draw * p["draws"] for p in rows]
         if len(rows) >= TWO_FACTORS_FROM:
-            # enough points for the path's own mix: its kernels' rate against the GEMM path's, and its draws'
-            # (population mode's numba loops run far below the GEMM rate and draw only the antithetic half)
+            # enough points for the rate's own mix: its kernels' rate against the GEMM rate, and its draws'
             a, b = _nnls_relative([list(x) for x in zip(flops, draws)], [p["cpu_s"] - c0 for p in rows])
-            factors[path] = {"flops": round_significant(a), "draws": round_significant(b)}
+            factors[rate] = {"flops": round_significant(a), "draws": round_significant(b)}
             continue
         ratios = [(p["cpu_s"] - c0) / (f + d) for p, f, d in zip(rows, flops, draws)]
-        factors[path] = max(statistics.median(ratios), 0.1)
+        factors[rate] = max(statistics.median(ratios), 0.1)
     m0, mi, mp, mt = _nnls_relative(
         [
             [1.0, float(kind_of(p["kind"]).loads_dataset), p["persistent_bytes"] / 2**20, p["transient_bytes"] / 2**20]
@@ -142,7 +165,7 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
     )
     coeffs: dict[str, Any] = {
         "pretrain": base
-        | {"path_factor": factors, "m0_mb": m0, "m_dataset_mb": mi, "m_persistent": mp, "m_transient": mt}
+        | {"rate_factor": factors, "m0_mb": m0, "m_dataset_mb": mi, "m_persistent": mp, "m_transient": mt}
     }
 
     fits_rows = _fit_lines(data)

@@ -23,9 +23,8 @@ Same numbers as ``model.loss_and_grads_closed_form`` (up to rounding), computed 
 - Which of these a run takes (and when ``symmetric.py``'s kernel replaces them on the symmetric
   subspace at large D) is decided in one place, ``dispatch.plan``.
 
-FLOP count of the dense formula (what the benchmark reports, per seed and step, counting
-a multiply-add as 2): scores Z W (2 B D m^2) and (Z W) Z^T (2 B D^2 m), W-gradient
-G Z (2 B D^2 m) and Z^T (G Z) (2 B D m^2): 4 B D m (m + D), m = d + D.
+FLOP models (the dense formula's count and what this kernel executes): ``kernel_flops.dense_flops``
+and ``kernel_flops.general_flops``, torch-free for the cost model.
 """
 
 from __future__ import annotations
@@ -39,24 +38,6 @@ from .cpu import denormals_flushed, numpy_blas_one_thread
 
 LOG2E = 1.4426950408889634
 _fused_workspace = threading.local()  # see _fused_buffers
-
-
-def dense_flops(B: int, D: int, d: int) -> int:
-    """GEMM FLOPs of one seed's step by the dense formula (see the module docstring)."""
-    m = d + D
-    return 4 * B * D * m * (m + D)
-
-
-def kernel_flops(B: int, D: int, d: int, antithetic: bool = True) -> int:
-    """A FLOP model of what ``seed_loss_and_grads`` executes for one seed and step (elementwise ops counted).
-
-    Per sample of the H = B/2 (antithetic) or B it is given: the two GEMMs with X,
-    2 d D (d + 2D + 1) and 2 d D (d + D + 1); the quadratic block, its gradient T and V,
-    2 d D^2 each; about 16 elementwise passes over the (M, D, D) scores, M = 2 mirror halves
-    with ``antithetic`` (softmax, values, dL/dA). The dense formula's count is ``dense_flops``.
-    """
-    H, M = (B // 2, 2) if antithetic else (B, 1)
-    return H * (2 * d * D * (2 * d + 3 * D + 2) + 6 * d * D * D + 16 * M * D * D)
 
 
 def batch_inner(X: torch.Tensor) -> torch.Tensor:
