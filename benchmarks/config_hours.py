@@ -6,7 +6,7 @@
 
 For every pretraining job of a config (``groupsparse.study.runs.expand``: tasks, scaling grid, ablations; one
 job per seed chunk) the job's distinct shape (d, D, batch, dtype, eval size, model, sampling) is
-measured once, one seed on one thread: the training step (``Trainer.step``: draw, gradients, descent),
+measured once, one seed on one thread: the training step (``Steps.step``: draw, gradients, descent),
 one recording (``metrics``) and one attention checkpoint (``mean_attention``). A job then costs
 
     seeds x (steps x step + recordings x record + checkpoints x attention)   CPU-seconds

@@ -13,7 +13,7 @@ import tempfile
 import time
 
 import torch
-from bench import run_spec
+from workloads import run_spec
 
 from groupsparse.training.pretrain import Trainer
 from groupsparse.training.recording import record_steps

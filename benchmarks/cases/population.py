@@ -1,4 +1,4 @@
-"""The population rows of the benchmark: what population gradient descent costs at large D.
+"""What population gradient descent costs at large D.
 
 Population mode (``pretrain.gradient: population``) projects each closed-form batch gradient onto the
 invariant subspace (``model/population.py``). Its runs come from the configs themselves
@@ -8,8 +8,8 @@ over configs/population.yaml as Snakemake merges two --configfile arguments (two
 check at 4x the batch, 128, over the first quarter). Measured, one seed on one thread as a study job runs:
 
 - side by side at D = 64, interleaved: the projected step at batch 32 and at the batch check's 128, as
-  ``Trainer.run`` takes them between recordings (many steps a call, ``Trainer.descend_many``) and one
-  ``Trainer.step`` at a time, and the plain batch-512 step (batch gradient descent, the theorem test's
+  a run takes them between records (many steps a call, ``ManySteps.take``) and one ``Steps.step``
+  at a time, and the plain batch-512 step (batch gradient descent, the theorem test's
   step): ms per seed-step and their ratios;
 - a profile of the projected step: the draw, the kernel, the projection (``population.project``), the
   rebuilding of W and v from the coefficients (``population.build``), the descent around them, and
@@ -23,162 +23,119 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / "configs" / "population.yaml"
-LARGE_D = ROOT / "configs" / "cluster" / "population_large_D.yaml"
+from workloads import point_runs, population_config, spec_of
+
+NAME = "population"
 d = 10
 SIDE_BY_SIDE_D = 64
 LARGE_D_POINTS = (96, 128)
 HOURS_TARGET = 2.0  # the D = 64 point's projected runs, both batches, both replicates
-FUSED_BLOCK_STEPS = 400  # steps per timed block: several of Trainer.descend_many's calls at D = 64
-RUN_LOOP_STEPS = 300  # Trainer.run's steps whose time, less their recordings and steps, is the loop's own
+FUSED_BLOCK_STEPS = 400  # steps per timed block: several calls of many steps at D = 64
+RUN_LOOP_STEPS = 300  # Trainer.run's steps whose time, less their records and steps, is the loop's own
 
 
-def config(large_d: bool = False) -> dict:
-    import yaml
-
-    from groupsparse.study.runs import deep_merge
-
-    base = yaml.safe_load(CONFIG.read_text())
-    return deep_merge(base, yaml.safe_load(LARGE_D.read_text())) if large_d else base
-
-
-def point_runs(cfg: dict, D: int) -> list:
-    """The population-mode runs of ``cfg`` at d and D (the grid's run and its batch check)."""
-    from groupsparse.study.runs import expand
-
-    return [
-        run
-        for run in expand(cfg).values()
-        if run.spec["task"]["d"] == d
-        and run.spec["task"]["D"] == D
-        and run.spec.get("pretrain", {}).get("gradient") == "population"
-    ]
+def run(ctx) -> list:
+    """Adds the rows; returns the D = 64 point's CPU-hours as a target (a cap)."""
+    cfg = population_config(large_d=True)
+    runs = point_runs(cfg, SIDE_BY_SIDE_D, d)  # by batch: the grid's run, then its batch check
+    grid, check = runs[0], runs[-1]
+    per_step = side_by_side(ctx, grid, check)
+    eta = spec_of(grid).pretrain.step_size(SIDE_BY_SIDE_D)
+    hours = point_hours(ctx, [grid, check], per_step, SIDE_BY_SIDE_D, eta)
+    for D in LARGE_D_POINTS:
+        large_point(ctx, cfg, D)
+    name = f"CPU-hours of the population study's D = {SIDE_BY_SIDE_D} point (both batches, both replicates)"
+    return [(name, hours, HOURS_TARGET, "CPU-h", "<=")]
 
 
-def spec_of(run, device: str | None = None, **pretrain):
-    """The run's RunSpec (on ``device``, ``pretrain`` overrides) for one timed seed."""
-    from groupsparse.config.specs import RunSpec
+def steps_as_a_run_takes_them(torch, tr, n: int) -> None:
+    """n steps of ``tr`` as ``Trainer.run`` takes them between records: population mode on the loops in calls
+    of many (``ManySteps.take``), every other run one ``Steps.step`` at a time."""
+    active = torch.ones(1, dtype=torch.bool)
+    if tr.rule.many is None:
+        for _ in range(n):
+            tr.rule.step(active)
+        return
+    done, most = 0, tr.rule.many.most
+    while done < n:
+        if tr.rule.many.take(min(most, n - done), [math.inf]) is None:
+            raise RuntimeError("a timed step's loss was not finite")
+        done += min(most, n - done)
 
-    raw = dict(run.spec) | ({"device": device} if device else {})
-    raw["pretrain"] = raw["pretrain"] | pretrain
-    return RunSpec.from_dict(raw)
 
-
-def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]:
-    """Adds the rows; returns the targets (name, value, target, unit, "<=") for bench.py's target rows."""
+def side_by_side(ctx, grid, check) -> dict:
+    """At D = 64, interleaved: the projected step at the grid's and the check's batch, as a run takes them and
+    one at a time, and the plain batch-512 step; their rows and the projected steps' profile. Returns the
+    seconds a projected step by batch."""
     from groupsparse.training.pretrain import Trainer
 
-    checks = []
+    torch, D = ctx.torch, SIDE_BY_SIDE_D
     active = torch.ones(1, dtype=torch.bool)
-    cfg = config(large_d=True)
-    runs = sorted(point_runs(cfg, SIDE_BY_SIDE_D), key=lambda r: r.spec["pretrain"]["batch"])
-    grid, check = runs[0], runs[-1]
-    D = SIDE_BY_SIDE_D
-    eta = spec_of(grid).pretrain.step_size(D)
     # the plain step: batch gradient descent at batch 512 (the theorem test's batch), the same task
     plain = spec_of(check, gradient="auto", batch=512)
-    trainers = {
-        f"projected, batch {grid.spec['pretrain']['batch']}": Trainer(spec_of(grid), [0]),
-        f"projected, batch {check.spec['pretrain']['batch']}": Trainer(spec_of(check), [0]),
-        "plain, batch 512": Trainer(plain, [0]),
-    }
+    trainers = {f"projected, batch {r.spec['pretrain']['batch']}": Trainer(spec_of(r), [0]) for r in (grid, check)}
+    trainers["plain, batch 512"] = Trainer(plain, [0])
     for tr in trainers.values():
         for _ in range(3):
             tr.rule.step(active)
-
-    def block(tr, n=args.steps * 4):
-        """n steps as ``Trainer.run`` takes them between recordings: population mode on the loops in calls of
-        many (``Trainer.descend_many``), every other run one ``Trainer.step`` at a time."""
-        if not (tr.rule.many is not None):
-            for _ in range(n):
-                tr.rule.step(active)
-            return
-        done, k = 0, tr.rule.many.most
-        while done < n:
-            if tr.rule.many.take(min(k, n - done), [math.inf]) is None:
-                raise RuntimeError("a timed step's loss was not finite")
-            done += min(k, n - done)
-
-    n_block = FUSED_BLOCK_STEPS
-    one_by_one = {
-        f"{who}, one Trainer.step at a time": tr for who, tr in trainers.items() if (tr.rule.many is not None)
-    }
-    ts = timed_blocks(
-        {who: (lambda t=tr: block(t, n_block)) for who, tr in trainers.items()}
-        | {who: (lambda t=tr: [t.rule.step(active) for _ in range(n_block)]) for who, tr in one_by_one.items()},
-        max(args.repeats, 5),
+    n = FUSED_BLOCK_STEPS
+    one_by_one = {f"{who}, one Steps.step at a time": tr for who, tr in trainers.items() if tr.rule.many is not None}
+    ts = ctx.timed(
+        {who: (lambda t=tr: steps_as_a_run_takes_them(torch, t, n)) for who, tr in trainers.items()}
+        | {who: (lambda t=tr: [t.rule.step(active) for _ in range(n)]) for who, tr in one_by_one.items()},
+        max(ctx.args.repeats, 5),
     )
-    best = {who: min(t) / n_block for who, t in ts.items()}
-    plain_step = best["plain, batch 512"]
+    best = {who: min(t) / n for who, t in ts.items()}
     for who, t in best.items():
         tr = trainers.get(who) or one_by_one[who]
-        how = (
-            ""
-            if who in one_by_one or not (tr.rule.many is not None)
-            else f", {tr.rule.many.most} steps a call as Trainer.run"
-        )
-        table.add(
+        how = "" if who in one_by_one or tr.rule.many is None else f", {tr.rule.many.most} steps a call as Trainer.run"
+        ctx.table.add(
             "population",
             f"{who}, float32, d = {d}, D = {D}, 1 seed ({tr.plan.kernel}{', projected' if tr.plan.projected else ''}"
             f"{how})",
             t * 1e3,
             "ms/seed-step",
-            ratio=t / plain_step,
-            note=f"median {statistics.median(ts[who]) / n_block * 1e3:.3f}; eta {tr.eta:.4g}; "
+            ratio=t / best["plain, batch 512"],
+            note=f"median {statistics.median(ts[who]) / n * 1e3:.3f}; eta {tr.eta:.4g}; "
             "ratio = this / the plain batch-512 step (interleaved)",
         )
-    _profile(torch, table, args, trainers, D, timed_blocks)
-    per_step = {grid.spec["pretrain"]["batch"]: best[f"projected, batch {grid.spec['pretrain']['batch']}"]}
-    per_step[check.spec["pretrain"]["batch"]] = best[f"projected, batch {check.spec['pretrain']['batch']}"]
-    hours = _point_hours(torch, table, args, [grid, check], per_step, D, eta, timed_blocks)
-    checks.append(
-        (
-            f"CPU-hours of the population study's D = {D} point (both batches, both replicates)",
-            hours,
-            HOURS_TARGET,
-            "CPU-h",
-            "<=",
-        )
-    )
-    large = config(large_d=True)
-    for D in LARGE_D_POINTS:
-        runs = sorted(point_runs(large, D), key=lambda r: r.spec["pretrain"]["batch"])
-        if not runs:
-            continue
-        trs = {r.spec["pretrain"]["batch"]: Trainer(spec_of(r), [0]) for r in runs}
-        for tr in trs.values():
-            tr.rule.step(active)
-        n_large = max(FUSED_BLOCK_STEPS // 4, 1)
-        blocks = {B: (lambda t=tr, n=n_large: block(t, n)) for B, tr in trs.items()}
-        ts = timed_blocks(blocks, max(3, args.repeats // 2))
-        per_step = {B: min(t) / n_large for B, t in ts.items()}
-        for B, t in per_step.items():
-            table.add(
-                "population",
-                f"projected, batch {B}, float32, d = {d}, D = {D}, 1 seed ({trs[B].plan.kernel})",
-                t * 1e3,
-                "ms/seed-step",
-                note=f"eta {trs[B].eta:.4g}",
-            )
-        _point_hours(torch, table, args, runs, per_step, D, trs[runs[0].spec["pretrain"]["batch"]].eta, timed_blocks)
-    return checks
-
-
-def _profile(torch, table, args, trainers, D, timed_blocks):
-    """The projected steps' parts (``_profile_one``)."""
     for who, tr in trainers.items():
         if tr.plan.projected:
-            _profile_one(torch, table, args, who, tr, D, timed_blocks)
+            profile(ctx, who, tr, D)
+    return {r.spec["pretrain"]["batch"]: best[f"projected, batch {r.spec['pretrain']['batch']}"] for r in (grid, check)}
 
 
-def _profile_one(torch, table, args, who, tr, D, timed_blocks):
+def large_point(ctx, cfg, D: int) -> None:
+    """A point above D = 64: its projected steps as a run takes them, and its CPU-hours."""
+    from groupsparse.training.pretrain import Trainer
+
+    runs = point_runs(cfg, D, d)
+    if not runs:
+        return
+    trs = {r.spec["pretrain"]["batch"]: Trainer(spec_of(r), [0]) for r in runs}
+    for tr in trs.values():
+        tr.rule.step(ctx.torch.ones(1, dtype=ctx.torch.bool))
+    n = max(FUSED_BLOCK_STEPS // 4, 1)
+    blocks = {B: (lambda t=tr: steps_as_a_run_takes_them(ctx.torch, t, n)) for B, tr in trs.items()}
+    per_step = {B: min(t) / n for B, t in ctx.timed(blocks, max(3, ctx.args.repeats // 2)).items()}
+    for B, t in per_step.items():
+        ctx.table.add(
+            "population",
+            f"projected, batch {B}, float32, d = {d}, D = {D}, 1 seed ({trs[B].plan.kernel})",
+            t * 1e3,
+            "ms/seed-step",
+            note=f"eta {trs[B].eta:.4g}",
+        )
+    point_hours(ctx, runs, per_step, D, trs[runs[0].spec["pretrain"]["batch"]].eta)
+
+
+def profile(ctx, who, tr, D) -> None:
     """The projected step's parts, each timed alone on one drawn batch, interleaved; what ``Trainer.run``
     adds per step is its time over RUN_LOOP_STEPS steps less its recordings' and the steps'."""
     from groupsparse.model import cpu, dispatch, population
 
+    torch, table, args = ctx.torch, ctx.table, ctx.args
     active = torch.ones(1, dtype=torch.bool)
     drawn = tr.rule.draw()
     (X, y), task = drawn[0], tr.tasks[0]
@@ -195,7 +152,7 @@ def _profile_one(torch, table, args, who, tr, D, timed_blocks):
         ),
         "step_grads (kernel, projection, the trainer's calls)": lambda: tr.rule.step_grads(drawn),
         "descend (coefficients, then W and v built)": lambda: tr.rule.descend(grads, active),
-        "whole step (Trainer.step)": lambda: tr.rule.step(active),
+        "whole step (Steps.step)": lambda: tr.rule.step(active),
     }
     n = args.steps * 4
 
@@ -207,9 +164,9 @@ def _profile_one(torch, table, args, who, tr, D, timed_blocks):
 
         return run
 
-    ts = timed_blocks({k: timed(fn) for k, fn in parts.items()}, max(args.repeats, 5))
+    ts = ctx.timed({k: timed(fn) for k, fn in parts.items()}, max(args.repeats, 5))
     best = {k: min(t) / n for k, t in ts.items()}
-    step = best["whole step (Trainer.step)"]
+    step = best["whole step (Steps.step)"]
     for name, t in best.items():
         table.add(
             "population profile",
@@ -222,12 +179,12 @@ def _profile_one(torch, table, args, who, tr, D, timed_blocks):
     inside += best["descend (coefficients, then W and v built)"]
     table.add(
         "population profile",
-        f"{who}, D = {D}: Trainer.step's own calls",
+        f"{who}, D = {D}: Steps.step's own calls",
         (step - inside) * 1e3,
         "ms/seed-step",
         note="the whole step less draw, step_grads and descend (above)",
     )
-    loop = _run_loop(torch, tr, timed_blocks) - step
+    loop = run_loop_seconds(ctx, tr) - step
     table.add(
         "population profile",
         f"{who}, D = {D}: Trainer.run's own work per step",
@@ -238,21 +195,22 @@ def _profile_one(torch, table, args, who, tr, D, timed_blocks):
     )
 
 
-def _run_loop(torch, tr, timed_blocks) -> float:
+def run_loop_seconds(ctx, tr) -> float:
     """Seconds per step of ``Trainer.run`` on ``tr``'s spec without its recordings (subtracted, measured)."""
     from dataclasses import replace
 
     from groupsparse.training.pretrain import Trainer
     from groupsparse.training.recording import attention_steps, record_steps
 
+    torch, timed_blocks = ctx.torch, ctx.timed
     p = replace(tr.spec.pretrain, steps=RUN_LOOP_STEPS, record_every=RUN_LOOP_STEPS, eval_size=256)
     spec = replace(tr.spec, pretrain=p)
     n_rec = len(record_steps(p.steps, p.record_every))
     n_att = len(attention_steps(p.steps, p.attention_checkpoints))
     probe = Trainer(spec, [0])
     loss, active = torch.zeros(1), torch.ones(1, dtype=torch.bool)
-    rec = min(timed_blocks({"m": lambda: probe.metrics(0, loss, active)}, 5)["m"])
-    att = min(timed_blocks({"a": lambda: probe.mean_attention(0, active)}, 3)["a"])
+    rec = min(timed_blocks({"m": lambda: probe.recorder.metrics(0, loss, active)}, 5)["m"])
+    att = min(timed_blocks({"a": lambda: probe.recorder.mean_attention(0, active)}, 3)["a"])
     walls = []
     for _ in range(2):
         t0 = time.perf_counter()
@@ -261,10 +219,11 @@ def _run_loop(torch, tr, timed_blocks) -> float:
     return (min(walls) - n_rec * rec - n_att * att) / RUN_LOOP_STEPS
 
 
-def _recording_seconds(torch, spec, timed_blocks) -> tuple[float, float]:
+def recording_seconds(ctx, spec) -> tuple[float, float]:
     """Seconds of one record (``metrics``) and one attention checkpoint of a one-seed run of ``spec``."""
     from groupsparse.training.pretrain import Trainer
 
+    torch, timed_blocks = ctx.torch, ctx.timed
     tr = Trainer(spec, [0])
     loss, active = torch.zeros(1), torch.ones(1, dtype=torch.bool)
     tr.recorder.metrics(0, loss, active)
@@ -273,7 +232,7 @@ def _recording_seconds(torch, spec, timed_blocks) -> tuple[float, float]:
     return rec, att
 
 
-def _point_hours(torch, table, args, runs, per_step, D, eta, timed_blocks) -> float:
+def point_hours(ctx, runs, per_step, D, eta) -> float:
     """CPU-hours of the point's runs (every seed a job, one thread), from the measured step and recording."""
     from groupsparse.training.recording import attention_steps, record_steps
 
@@ -281,7 +240,7 @@ def _point_hours(torch, table, args, runs, per_step, D, eta, timed_blocks) -> fl
     for run in runs:
         p = run.spec["pretrain"]
         spec = spec_of(run)
-        rec, att = _recording_seconds(torch, spec, timed_blocks)
+        rec, att = recording_seconds(ctx, spec)
         n_rec = len(record_steps(p["steps"], p["record_every"]))
         n_att = len(attention_steps(p["steps"], spec.pretrain.attention_checkpoints))
         seeds = len(run.seeds)
@@ -292,7 +251,7 @@ def _point_hours(torch, table, args, runs, per_step, D, eta, timed_blocks) -> fl
             f"{run.name}: {seeds} x {p['steps']} steps of batch {p['batch']} {steps_s / 3600:.2f} h"
             f" + {n_rec} records {rec_s / 3600:.2f} h"
         )
-    table.add(
+    ctx.table.add(
         "population point",
         f"D = {D} point: {' + '.join(r.name for r in runs)}, eta {eta:.4g}",
         total / 3600,

@@ -1,19 +1,22 @@
-"""The large-D rows of the benchmark: the theorem test's step at d = 10, batch 512, 5 seeds.
-
-The general kernel's step (the reference) and the step on the symmetric subspace
-(``symmetric.py``; float32 on a CPU: its per-sample loops, ``symmetric_loops.py``) are timed side by
-side, interleaved, on Trainers of the same spec, each given its implementation by ``dispatch.plan``;
-then a profile of each (draw, the kernel's parts, descent) with each part's FLOPs and bytes, the
-CPU-hours of the D = 64 point (5 seeds x 2 D^3 steps), the share of a run's time its recording
-takes, and the cost of the theorem config's batch sweeps, run separately and sharing one draw.
+"""The theorem test's step at d = 10, batch 512, 5 seeds, D in D_GRID, float32 (and float64 without
+``--quick``): the general kernel's step (the reference) and the step on the symmetric subspace
+(``symmetric.py``; float32 on a CPU: its per-sample loops, ``symmetric_loops.py``) side by side,
+interleaved, on Trainers of the same spec, each given its implementation by ``dispatch.plan``; then a
+profile of each (draw, the kernel's parts, descent) with each part's FLOPs and bytes, the CPU-hours of the
+D = 64 point (5 seeds x 2 D^3 steps), the share of a run's time its recording takes, and the cost of the
+theorem config's batch sweeps, run separately and sharing one draw.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
+
+from workloads import run_spec
 
 from groupsparse.model import kernel_flops
 
+NAME = "theorem"
 d, BATCH, SEEDS = 10, 512, 5
 D_GRID = (16, 32, 64)
 SPEEDUP_TARGETS = {32: 3.0, 64: 5.0}
@@ -41,135 +44,144 @@ def plans(spec) -> dict:
     return out
 
 
-def section(torch, table, args, ceilings, run_spec, timed_blocks) -> list[tuple]:
-    """Adds the rows; returns the targets as (name, value, target, unit) for bench.py's target rows."""
-    from groupsparse.training.pretrain import Trainer
-
-    checks, per_seed_step = [], {}
-    dtypes = ("float32",) if args.quick else ("float32", "float64")
+def run(ctx) -> list:
+    """Adds the rows; returns the targets at D in SPEEDUP_TARGETS (float32)."""
+    targets, per_seed_step = [], {}
+    dtypes = ("float32",) if ctx.args.quick else ("float32", "float64")
     for dtype in dtypes:
         for D in D_GRID:
-            spec = run_spec(dtype, task={"d": d, "D": D}, pretrain={"batch": BATCH, "eval_size": 256})
-            seeds = list(range(SEEDS))
-            chosen = plans(spec)
-            trainers = {who: Trainer(spec, seeds, plan=plan) for who, plan in chosen.items()}
-            active = torch.ones(SEEDS, dtype=torch.bool)
-
-            def block(who, n=args.steps, trainers=trainers, active=active):
-                for _ in range(n):
-                    trainers[who].rule.step(active)
-
-            drawn = {who: trainers[who].rule.draw() for who in trainers}  # one batch each, reused
-
-            def kernel_only(who, n=args.steps, trainers=trainers, drawn=drawn):
-                for _ in range(n):
-                    trainers[who].rule.step_grads(drawn[who])
-
-            for who in trainers:
-                block(who, 2)
-                kernel_only(who, 1)
-            fns = {who: (lambda w=who: block(w)) for who in ("general", "symmetric")}
-            fns |= {f"{who} kernel": (lambda w=who: kernel_only(w)) for who in trainers}
-            ts = timed_blocks(fns, args.repeats)
-            loops = "torch form" in trainers  # float32: the per-sample loops, beside their torch form
-            torch_form_kernel = min(ts.pop("torch form kernel")) / args.steps / SEEDS if loops else None
-            trainers.pop("torch form", None)
-            kern = {who: min(ts.pop(f"{who} kernel")) / args.steps / SEEDS for who in trainers}
-            best = {who: min(t) / args.steps / SEEDS for who, t in ts.items()}
-            med = {who: statistics.median(t) / args.steps / SEEDS for who, t in ts.items()}
-            per_seed_step[(dtype, D)] = best
-            dense = kernel_flops.dense_flops(BATCH, D, d)
-            own = {
-                "general": kernel_flops.general_flops(BATCH, D, d),
-                "symmetric": kernel_flops.symmetric_flops(BATCH, D, d, loops),
-            }
-            for who in trainers:
-                rate, dense_rate = own[who] / best[who] / 1e9, dense / best[who] / 1e9
-                table.add(
-                    "large D step",
-                    f"{who}, {dtype}, d = {d}, D = {D}, batch {BATCH}, {SEEDS} seeds",
-                    best[who] * 1e3,
-                    "ms/seed-step",
-                    rate,
-                    ceilings[dtype],
-                    ratio=best["general"] / best[who],
-                    note=f"median {med[who] * 1e3:.3f}; kernel {own[who] / 1e6:.1f} MFLOP; dense {dense / 1e6:.0f} "
-                    f"MFLOP: {dense_rate:.1f} GFLOP/s ({100 * dense_rate / ceilings[dtype]:.0f}% of ceiling); "
-                    "ratio = general / this",
-                )
-            for who in trainers:  # the kernel alone: step_grads on one drawn batch, no draw, no descent
-                rate, dense_rate = own[who] / kern[who] / 1e9, dense / kern[who] / 1e9
-                table.add(
-                    "large D kernel",
-                    f"{who}, {dtype}, d = {d}, D = {D}: step_grads alone",
-                    kern[who] * 1e3,
-                    "ms/seed-step",
-                    rate,
-                    ceilings[dtype],
-                    ratio=kern["general"] / kern[who],
-                    note=f"dense {dense_rate:.1f} GFLOP/s ({100 * dense_rate / ceilings[dtype]:.0f}% of ceiling); "
-                    "ratio = general / this",
-                )
-            if torch_form_kernel is not None:
-                table.add(
-                    "large D kernel",
-                    f"symmetric in its torch form, {dtype}, d = {d}, D = {D}: step_grads alone",
-                    torch_form_kernel * 1e3,
-                    "ms/seed-step",
-                    kernel_flops.symmetric_flops(BATCH, D, d) / torch_form_kernel / 1e9,
-                    ceilings[dtype],
-                    ratio=kern["general"] / torch_form_kernel,
-                    note=f"the loops are {torch_form_kernel / kern['symmetric']:.2f}x this; ratio = general / this",
-                )
-            if dtype == "float32" and D in SPEEDUP_TARGETS:
-                checks.append(
-                    (
-                        f"symmetric step / the general one's, float32, D = {D}",
-                        best["general"] / best["symmetric"],
-                        SPEEDUP_TARGETS[D],
-                        "x",
-                    )
-                )
-                step_share = own["symmetric"] / best["symmetric"] / 1e9 / ceilings["float32"]
-                checks.append(
-                    (
-                        f"achieved / float32 GEMM ceiling by the kernel's FLOPs (kernel alone), D = {D} "
-                        f"(dense count {dense / kern['symmetric'] / 1e9:.1f} GFLOP/s; whole step "
-                        f"{100 * step_share:.0f}%)",
-                        own["symmetric"] / kern["symmetric"] / 1e9 / ceilings["float32"],
-                        CEILING_TARGET,
-                        "",
-                    )
-                )
-            if D in (32, 64):
-                _profile(torch, table, args, trainers, D, dtype, ceilings[dtype], timed_blocks)
+            per_seed_step[(dtype, D)], at_D = side_by_side(ctx, dtype, D)
+            targets += at_D
     for dtype in dtypes:
         D = 64
         steps = POINT_STEPS_PER_D3 * D**3
         for who, t in per_seed_step[(dtype, D)].items():
-            table.add(
+            ctx.table.add(
                 "large D point",
                 f"D = 64 point, {who}, {dtype}: {SEEDS} seeds x {steps} steps",
                 t * SEEDS * steps / 3600,
                 "CPU-h",
                 note="steps only (the recording share is below), one core",
             )
-    _recording_share(torch, table, args, run_spec, per_seed_step, timed_blocks)
-    _sweep_cost(torch, table, args, run_spec, timed_blocks)
-    return checks
+    recording_share(ctx, per_seed_step)
+    sweep_cost(ctx)
+    return targets
 
 
-def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
+def side_by_side(ctx, dtype: str, D: int) -> tuple[dict, list]:
+    """The implementations' whole steps and kernels alone at one (dtype, D), interleaved; their rows, the
+    profile at D = 32 and 64. Returns the best seconds a seed-step by implementation, and the targets."""
+    from groupsparse.training.pretrain import Trainer
+
+    torch, args = ctx.torch, ctx.args
+    spec = run_spec(dtype, task={"d": d, "D": D}, pretrain={"batch": BATCH, "eval_size": 256})
+    trainers = {who: Trainer(spec, list(range(SEEDS)), plan=plan) for who, plan in plans(spec).items()}
+    active = torch.ones(SEEDS, dtype=torch.bool)
+    drawn = {who: tr.rule.draw() for who, tr in trainers.items()}  # one batch each, reused by the kernels alone
+
+    def steps(who, n=args.steps):
+        for _ in range(n):
+            trainers[who].rule.step(active)
+
+    def kernel_only(who, n=args.steps):
+        for _ in range(n):
+            trainers[who].rule.step_grads(drawn[who])
+
+    for who in trainers:
+        steps(who, 2)
+        kernel_only(who, 1)
+    fns = {who: (lambda w=who: steps(w)) for who in ("general", "symmetric")}
+    fns |= {f"{who} kernel": (lambda w=who: kernel_only(w)) for who in trainers}
+    ts = ctx.timed(fns, args.repeats)
+    per = {who: [t / args.steps / SEEDS for t in times] for who, times in ts.items()}
+    loops = "torch form" in trainers  # float32: the per-sample loops, beside their torch form
+    torch_form = min(per.pop("torch form kernel")) if loops else None
+    trainers.pop("torch form", None)
+    kern = {who: min(per.pop(f"{who} kernel")) for who in trainers}
+    own = {
+        "general": kernel_flops.general_flops(BATCH, D, d),
+        "symmetric": kernel_flops.symmetric_flops(BATCH, D, d, loops),
+    }
+    step_rows(ctx, dtype, D, per, kern, own, torch_form)
+    best = {who: min(t) for who, t in per.items()}
+    if D in (32, 64):
+        profile(ctx, trainers, D, dtype)
+    return best, targets(ctx, dtype, D, best, kern, own)
+
+
+def step_rows(ctx, dtype, D, per, kern, own, torch_form) -> None:
+    """The rows of the whole steps (``per``: seconds a seed-step of every block) and of the kernels alone."""
+    ceiling, dense = ctx.ceilings[dtype], kernel_flops.dense_flops(BATCH, D, d)
+    best = {who: min(t) for who, t in per.items()}
+    for who, t in best.items():
+        rate, dense_rate = own[who] / t / 1e9, dense / t / 1e9
+        ctx.table.add(
+            "large D step",
+            f"{who}, {dtype}, d = {d}, D = {D}, batch {BATCH}, {SEEDS} seeds",
+            t * 1e3,
+            "ms/seed-step",
+            rate,
+            ceiling,
+            ratio=best["general"] / t,
+            note=f"median {statistics.median(per[who]) * 1e3:.3f}; kernel {own[who] / 1e6:.1f} MFLOP; dense "
+            f"{dense / 1e6:.0f} MFLOP: {dense_rate:.1f} GFLOP/s ({100 * dense_rate / ceiling:.0f}% of ceiling); "
+            "ratio = general / this",
+        )
+    for who, t in kern.items():  # the kernel alone: step_grads on one drawn batch, no draw, no descent
+        dense_rate = dense / t / 1e9
+        ctx.table.add(
+            "large D kernel",
+            f"{who}, {dtype}, d = {d}, D = {D}: step_grads alone",
+            t * 1e3,
+            "ms/seed-step",
+            own[who] / t / 1e9,
+            ceiling,
+            ratio=kern["general"] / t,
+            note=f"dense {dense_rate:.1f} GFLOP/s ({100 * dense_rate / ceiling:.0f}% of ceiling); "
+            "ratio = general / this",
+        )
+    if torch_form is not None:
+        ctx.table.add(
+            "large D kernel",
+            f"symmetric in its torch form, {dtype}, d = {d}, D = {D}: step_grads alone",
+            torch_form * 1e3,
+            "ms/seed-step",
+            kernel_flops.symmetric_flops(BATCH, D, d) / torch_form / 1e9,
+            ceiling,
+            ratio=kern["general"] / torch_form,
+            note=f"the loops are {torch_form / kern['symmetric']:.2f}x this; ratio = general / this",
+        )
+
+
+def targets(ctx, dtype, D, best, kern, own) -> list:
+    """The targets at D (float32): the symmetric step's speed-up, and its kernel's share of the ceiling."""
+    if dtype != "float32" or D not in SPEEDUP_TARGETS:
+        return []
+    ceiling, dense = ctx.ceilings["float32"], kernel_flops.dense_flops(BATCH, D, d)
+    step_share = own["symmetric"] / best["symmetric"] / 1e9 / ceiling
+    share = (
+        f"achieved / float32 GEMM ceiling by the kernel's FLOPs (kernel alone), D = {D} (dense count "
+        f"{dense / kern['symmetric'] / 1e9:.1f} GFLOP/s; whole step {100 * step_share:.0f}%)"
+    )
+    return [
+        (f"symmetric step / the general one's, float32, D = {D}", best["general"] / best["symmetric"],
+         SPEEDUP_TARGETS[D], "x"),
+        (share, own["symmetric"] / kern["symmetric"] / 1e9 / ceiling, CEILING_TARGET, ""),
+    ]  # fmt: skip
+
+
+def profile(ctx, trainers, D, dtype) -> None:
     """Each part of a step timed alone on one drawn batch (5 seeds), beside its FLOPs and bytes."""
     from groupsparse.model import symmetric
 
+    torch = ctx.torch
     tr = trainers["symmetric"]
     drawn = tr.rule.draw()
     _, grads = tr.rule.step_grads(drawn)
     W, v, P, sc = tr.parameters()["layer0.W"], tr.parameters()["v"], tr.positions, tr.scale
     seeds = range(SEEDS)
     if tr.plan.kernel == "symmetric_loops":
-        return _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads)
+        return profile_loops(ctx, trainers, D, dtype, drawn, grads)
     XA = [symmetric.scores(W[s], v[s], drawn[s][0], P, sc) for s in seeds]
     S = [symmetric.softmax(A.clone()) for _, A, _ in XA]  # in place: the scores stay for the softmax's timing
     active = torch.ones(SEEDS, dtype=torch.bool)
@@ -188,17 +200,18 @@ def _profile(torch, table, args, trainers, D, dtype, ceiling, timed_blocks):
         "whole step": (lambda: tr.rule.step(active), (kernel_flops.symmetric_flops(BATCH, D, d), None)),
     }
 
-    _profile_rows(table, args, parts, f"symmetric, {dtype}", D, ceiling, timed_blocks)
-    _profile_general(torch, table, args, trainers["general"], D, dtype, ceiling, timed_blocks)
+    profile_rows(ctx, parts, f"symmetric, {dtype}", D, dtype)
+    profile_general(ctx, trainers["general"], D, dtype)
 
 
-def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks, drawn, grads):
+def profile_loops(ctx, trainers, D, dtype, drawn, grads) -> None:
     """The float32 step's parts: the draw, the per-sample loops (one numba call a seed, the products with X
     inside), the whole kernel (``symmetric.loss_and_grads``: the loops and what runs around them: the
     position blocks' products, the torch calls), the descent; what runs around the loops is the kernel's
-    time less the loops'. FLOPs by ``loops_phase_costs``."""
+    time less the loops'. FLOPs by ``kernel_flops.symmetric_loops_phases``."""
     from groupsparse.model import symmetric, symmetric_loops
 
+    torch = ctx.torch
     tr = trainers["symmetric"]
     W, v, P, sc = tr.parameters()["layer0.W"], tr.parameters()["v"], tr.positions, tr.scale
     active = torch.ones(SEEDS, dtype=torch.bool)
@@ -224,22 +237,24 @@ def _profile_loops(torch, table, args, trainers, D, dtype, ceiling, timed_blocks
         "whole step": (lambda: tr.rule.step(active), (kernel_flops.symmetric_flops(BATCH, D, d, True), None)),
     }
 
-    best = _profile_rows(table, args, parts, "symmetric (float32 loops)", D, ceiling, timed_blocks)
+    best = profile_rows(ctx, parts, "symmetric (float32 loops)", D, dtype)
     around = best["kernel (the loops and P (.) P^T, torch calls)"] - best["loops"]
-    table.add(
+    ctx.table.add(
         "profile",
         f"symmetric (float32 loops), D = {D}: around the loops (P (.) P^T, torch calls)",
         around * 1e3,
         "ms/seed-step",
         note=f"the kernel's time less the loops' (both above, interleaved); {products[0] / 1e6:.2f} MFLOP",
     )
-    _profile_general(torch, table, args, trainers["general"], D, dtype, ceiling, timed_blocks)
+    profile_general(ctx, trainers["general"], D, dtype)
 
 
-def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
+def profile_rows(ctx, parts, label, D, dtype) -> dict:
     """Time each part (``name: (fn, (FLOPs, bytes))``, subnormals flushed) and add a profile row per part:
     time, rate by the part's own FLOPs, bytes' rate. Returns the best seconds per seed-step of each part."""
     from groupsparse.model import cpu
+
+    args, ceiling = ctx.args, ctx.ceilings[dtype]
 
     def timed(fn):
         def run():
@@ -249,12 +264,12 @@ def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
 
         return run
 
-    ts = timed_blocks({k: timed(fn) for k, (fn, _) in parts.items()}, args.repeats)
+    ts = ctx.timed({k: timed(fn) for k, (fn, _) in parts.items()}, args.repeats)
     dense = kernel_flops.dense_flops(BATCH, D, d)
     best = {}
     for name, (_, (fl, by)) in parts.items():
         t = best[name] = min(ts[name]) / args.steps / SEEDS
-        table.add(
+        ctx.table.add(
             "profile",
             f"{label}, D = {D}: {name}",
             t * 1e3,
@@ -269,55 +284,31 @@ def _profile_rows(table, args, parts, label, D, ceiling, timed_blocks):
     return best
 
 
-def _profile_general(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
-    """The general kernel in the same parts: the fused float32 path (fused.py) cut at its phases."""
-    import numpy as np
-
-    from groupsparse.model import cpu, fastpath, fused
+def profile_general(ctx, tr, D, dtype) -> None:
+    """The general kernel in the same parts: the fused float32 path (``fastpath.FusedStep``) by its phases."""
+    from groupsparse.model import cpu, fastpath
 
     if dtype != "float32":
         return
     drawn = tr.rule.draw()
     W, v, P, sc = tr.parameters()["layer0.W"], tr.parameters()["v"], tr.positions, tr.scale
     H, M = BATCH // 2, 2
-    state = {}
-
-    def scores(s):
-        X, y = drawn[s]
-        buf, arr = fastpath._fused_buffers(d, D, H, M)
-        Xa, Pa = X.numpy(), P.numpy()
-        fused.prologue(W[s].numpy(), v[s].numpy(), Pa, sc * fastpath.LOG2E, *fastpath._get(arr, "WcatT C pv"))
-        np.matmul(arr["WcatT"], Xa.reshape(d, D * H), out=arr["R"])
-        R = arr["R"].reshape(d + 2 * D + 1, D, H)
-        fused.scores(R, Xa, arr["C"], arr["attn"])
-        state.update(buf=buf, arr=arr, R=R, Xa=Xa)
-
-    def softmax(s):
-        buf, arr = state["buf"], state["arr"]
-        buf["attn"].exp2_()
-        fused.normalise(arr["attn"], state["R"][-1], *fastpath._get(arr, "pv u r ubar f"))
-
-    def backward(s):
-        buf, arr, Xa = state["buf"], state["arr"], state["Xa"]
-        _, g = fastpath._loss_and_slope(buf["f"], drawn[s][1], True)
-        fused.gradient_rows(
-            *fastpath._get(arr, "attn u ubar r"), g.numpy(), Xa, *fastpath._get(arr, "K even_gG even_gr")
-        )
-        np.matmul(arr["K"].reshape(-1, D * H), Xa.reshape(d, D * H).T, out=arr["KX"])
-        torch.sum(buf["even_gG"], -1, out=buf["pp"])
-        torch.sum(buf["even_gr"], -1, out=buf["pvsum"])
-        gW, gv = torch.empty(d + D, d + D), torch.empty(d + D)
-        fused.epilogue(*fastpath._get(arr, "KX Tsum pp pvsum"), P.numpy(), sc, True, gW.numpy(), gv.numpy())
 
     def phases():
         out = {"scores": 0.0, "softmax + exp": 0.0, "backward": 0.0}
-        import time
-
         for s in range(SEEDS):
-            for name, fn in (("scores", scores), ("softmax + exp", softmax), ("backward", backward)):
-                t0 = time.perf_counter()
-                fn(s)
-                out[name] += time.perf_counter() - t0
+            X, y = drawn[s]
+            t0 = time.perf_counter()
+            step = fastpath.FusedStep(W[s], v[s], X, P, sc, True)
+            step.scores()
+            t1 = time.perf_counter()
+            step.softmax()
+            t2 = time.perf_counter()
+            step.backward(y)
+            t3 = time.perf_counter()
+            out["scores"] += t1 - t0
+            out["softmax + exp"] += t2 - t1
+            out["backward"] += t3 - t2
         return out
 
     s4 = 4
@@ -332,25 +323,26 @@ def _profile_general(torch, table, args, tr, D, dtype, ceiling, timed_blocks):
     }
     with cpu.denormals_flushed():
         phases()
-        runs = [phases() for _ in range(args.repeats)]
+        runs = [phases() for _ in range(ctx.args.repeats)]
     for name, (fl, by) in model.items():
         t = min(r[name] for r in runs) / SEEDS
-        table.add(
+        ctx.table.add(
             "profile",
             f"general, {dtype}, D = {D}: {name}",
             t * 1e3,
             "ms/seed-step",
             fl / t / 1e9,
-            ceiling,
+            ctx.ceilings[dtype],
             note=f"{fl / 1e6:.2f} MFLOP, {by / 1e6:.2f} MB: {by / t / 1e9:.1f} GB/s",
         )
 
 
-def _recording_share(torch, table, args, run_spec, per_seed_step, timed_blocks):
+def recording_share(ctx, per_seed_step) -> None:
     """One recorded step's evaluation (5 seeds, the theorem config's eval set) against the steps between."""
     from groupsparse.training.pretrain import Trainer
     from groupsparse.training.recording import attention_steps, record_steps
 
+    torch, args, timed_blocks = ctx.torch, ctx.args, ctx.timed
     for D in (32, 64):
         spec = run_spec("float32", task={"d": d, "D": D}, pretrain={"batch": BATCH, **RECORDING})
         chosen = plans(spec)
@@ -372,7 +364,7 @@ def _recording_share(torch, table, args, run_spec, per_seed_step, timed_blocks):
             )
             t_steps = per_seed_step[("float32", D)][who] * SEEDS * steps
             rec = n_rec * t_rec + n_att * t_att
-            table.add(
+            ctx.table.add(
                 "recording",
                 f"{who}, float32, D = {D}: {n_rec} records + {n_att} attention matrices",
                 100 * rec / (rec + t_steps),
@@ -382,13 +374,14 @@ def _recording_share(torch, table, args, run_spec, per_seed_step, timed_blocks):
             )
 
 
-def _sweep_cost(torch, table, args, run_spec, timed_blocks):
+def sweep_cost(ctx) -> None:
     """Batch sweeps at D = 32 (the first entry of configs/theorem.yaml's batch_check, and the batches the
     D = 32 population limit extrapolates from): the runs' steps against the grid batch's run alone, and
     the same runs fed prefixes of one draw of the largest batch (what sharing one sample stream would
     save; a design change the study has not made: it would pair the batches by sample as well as by seed)."""
     from groupsparse.training.pretrain import Trainer
 
+    torch, table, args, timed_blocks = ctx.torch, ctx.table, ctx.args, ctx.timed
     active = torch.ones(SEEDS, dtype=torch.bool)
     for sweep in SWEEPS:
         trainers = {
