@@ -134,9 +134,22 @@ def _nnls_relative(X, y):
 
 def fit(data: Path = DEFAULT_DATA) -> dict:
     """Refit every coefficient from benchmarks/costs/*.tsv (deterministic; rounded to 6 digits)."""
+    data = Path(data)
+    coeffs = {"pretrain": _fit_pretrain(data), "transfer_fit": _fit_transfer_fits(data)}
+    coeffs = _rounded(coeffs)
+    saved = set_coefficients(coeffs)  # the job model predicts fits with the new coefficients
+    try:
+        coeffs["transfer_job"] = _fit_transfer_jobs(data)
+    finally:
+        set_coefficients(saved)
+    return _rounded(coeffs)
+
+
+def _fit_pretrain(data: Path) -> dict:
+    """The machine rates (c0, seconds a FLOP per dtype, a draw) on the GEMM rate's jobs, a factor for each other
+    rate measured, and the memory model, from pretrain.tsv."""
     import statistics
 
-    data = Path(data)
     pre = [_pre_row(r) for r in read_table(data / "pretrain.tsv")]
     fast = [p for p in pre if p["rate"] == "gemm"]
     X = [
@@ -163,11 +176,11 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
         ],
         [p["mem_mb"] for p in pre],
     )
-    coeffs: dict[str, Any] = {
-        "pretrain": base
-        | {"rate_factor": factors, "m0_mb": m0, "m_dataset_mb": mi, "m_persistent": mp, "m_transient": mt}
-    }
+    return base | {"rate_factor": factors, "m0_mb": m0, "m_dataset_mb": mi, "m_persistent": mp, "m_transient": mt}
 
+
+def _fit_transfer_fits(data: Path) -> dict:
+    """Each measured method's seconds a fit, a step, a training and an evaluation operation (transfer_fits.tsv)."""
     fits_rows = _fit_lines(data)
     per_method = {}
     for method in measured_methods():
@@ -183,27 +196,22 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
             X.append(feats)
             y.append(max(r["cpu_seconds"], 1e-3))
         per_method[method] = dict(zip(FIT_TERMS, _nnls_relative(X, y)))
-    coeffs["transfer_fit"] = per_method
-    coeffs = _rounded(coeffs)
-    saved = set_coefficients(coeffs)  # the job model below predicts fits with the new coefficients
-    try:
-        X, y, mem = [], [], []
-        for r in read_table(data / "transfer.tsv"):
-            spec, transfer, methods, sizes, seeds = _tr_row(r)
-            fits_s, draws, gl, _ = transfer_parts(spec, transfer, methods, sizes, seeds)
-            X.append([1.0, fits_s, draws, float(gl)])
-            y.append(float(r["user_s"]) + float(r["sys_s"]))
-            mem.append(
-                (
-                    transfer_mem_features(describe_transfer(spec, transfer, methods, sizes, seeds), methods),
-                    float(r["max_rss_mb"]),
-                )
-            )
-        j0, j1, jd, jgl = _nnls_relative(X, y) if X else (0.0, 1.0, 0.0, 0.0)
-        t0, tx, tz, tsk, tgl, tnet = _nnls_relative([b for b, _ in mem], [v for _, v in mem]) if mem else (0.0,) * 6
-    finally:
-        set_coefficients(saved)
-    coeffs["transfer_job"] = {
+    return per_method
+
+
+def _fit_transfer_jobs(data: Path) -> dict:
+    """A transfer job's constants over its fits (with the fitted per-fit model) and its memory (transfer.tsv)."""
+    X, y, mem = [], [], []
+    for r in read_table(data / "transfer.tsv"):
+        spec, transfer, methods, sizes, seeds = _tr_row(r)
+        fits_s, draws, gl, _ = transfer_parts(spec, transfer, methods, sizes, seeds)
+        X.append([1.0, fits_s, draws, float(gl)])
+        y.append(float(r["user_s"]) + float(r["sys_s"]))
+        features = transfer_mem_features(describe_transfer(spec, transfer, methods, sizes, seeds), methods)
+        mem.append((features, float(r["max_rss_mb"])))
+    j0, j1, jd, jgl = _nnls_relative(X, y) if X else (0.0, 1.0, 0.0, 0.0)
+    t0, tx, tz, tsk, tgl, tnet = _nnls_relative([b for b, _ in mem], [v for _, v in mem]) if mem else (0.0,) * 6
+    return {
         "j0_s": j0,
         "j1": j1,
         "s_per_draw": jd,
@@ -215,7 +223,6 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
         "m_group_lasso_mb": tgl,
         "m_nets_mb": tnet,
     }
-    return _rounded(coeffs)
 
 
 def _rounded(obj):

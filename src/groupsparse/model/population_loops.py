@@ -36,6 +36,62 @@ JIT = symmetric_loops.JIT
 BLOCK = symmetric_loops.BLOCK
 
 
+@njit(**symmetric_loops.FMA, inline="always")
+def gram(K, zero, Xs):
+    """The Gram matrix K = X^T X of one sample (Xs (d, D), rows per feature): four rows a pass
+    (``symmetric_loops.rows4`` from ``zero``), the last D mod 4 one at a time."""
+    d, D = Xs.shape
+    quads = D - D % 4
+    for i in range(0, quads, 4):
+        symmetric_loops.rows4(K, zero, Xs, Xs, i)
+    for i in range(quads, D):
+        kr = K[i]
+        for j in range(D):
+            kr[j] = 0.0
+        for k in range(d):
+            xk, c = Xs[k], Xs[k, i]
+            for j in range(D):
+                kr[j] += c * xk[j]
+
+
+@njit(**symmetric_loops.FMA, inline="always")
+def scores_and_top(A, CT, K, w, bw, a, top):
+    """A sample's scores CT + a K + b w w^T (bw = b w) and their maximum over keys i into top."""
+    D = A.shape[0]
+    for j in range(D):
+        top[j] = -np.inf
+    for i in range(D):
+        a_i, c_i, k_i, bwi = A[i], CT[i], K[i], bw[i]
+        for j in range(D):
+            sc = (c_i[j] + a * k_i[j]) + bwi * w[j]
+            a_i[j] = sc
+            top[j] = sc if sc > top[j] else top[j]
+
+
+@njit(**symmetric_loops.FMA, inline="always")
+def gradient_sums(A, ppT, K, w, gamma, z, ubar, g, gz, gub, kacc, wacc):
+    """dL/dA = E_ij (u_i g z_j - g ubar_j z_j), u = gamma w, from E (in A): summed into ppT, and its sums
+    with K and with w w^T, accumulated by query (no horizontal sum a row): returns (<dL/dA, K>, w^T dL/dA w)."""
+    D = A.shape[0]
+    for j in range(D):
+        gz[j] = g * z[j]
+        gub[j] = gz[j] * ubar[j]
+        kacc[j] = 0.0
+        wacc[j] = 0.0
+    for i in range(D):
+        a_i, p, k_i, ui, wi = A[i], ppT[i], K[i], gamma * w[i], w[i]
+        for j in range(D):
+            da = a_i[j] * (ui * gz[j] - gub[j])
+            p[j] += da
+            kacc[j] += da * k_i[j]
+            wacc[j] += wi * da
+    tk, tw = np.float32(0.0), np.float32(0.0)
+    for j in range(D):  # D sums of D terms each, in order over keys
+        tk += kacc[j]
+        tw += wacc[j] * w[j]
+    return tk, tw
+
+
 @njit(**symmetric_loops.FMA)
 def loss_and_sums(X, v_star, CT, a, b, gamma, y, ppT, sums):
     """One seed's population step on the subspace, sample by sample; returns the mean logistic loss.
@@ -75,24 +131,8 @@ def loss_and_sums(X, v_star, CT, a, b, gamma, y, ppT, sums):
         for j in range(D):
             w[j] = wb[0, t * D + j]
             bw[j] = b * w[j]
-            top[j] = -np.inf
-        quads = D - D % 4
-        for i in range(0, quads, 4):
-            symmetric_loops.rows4(K, zero, Xs, Xs, i)
-        for i in range(quads, D):  # the last D mod 4 keys, one at a time
-            kr = K[i]
-            for j in range(D):
-                kr[j] = 0.0
-            for k in range(d):
-                xk, c = Xs[k], Xs[k, i]
-                for j in range(D):
-                    kr[j] += c * xk[j]
-        for i in range(D):  # the scores and their maximum over keys i
-            a_i, c_i, k_i, bwi = A[i], CT[i], K[i], bw[i]
-            for j in range(D):
-                sc = (c_i[j] + a * k_i[j]) + bwi * w[j]
-                a_i[j] = sc
-                top[j] = sc if sc > top[j] else top[j]
+        gram(K, zero, Xs)
+        scores_and_top(A, CT, K, w, bw, a, top)
         symmetric_loops.softmax_columns(A, top, z, ew, w)  # E, its sums z and sum_i w_i E_ij
         f, gv_s = np.float32(0.0), np.float32(0.0)
         for j in range(D):
@@ -102,22 +142,7 @@ def loss_and_sums(X, v_star, CT, a, b, gamma, y, ppT, sums):
             gv_s += ew[j] * z[j]  # sum_i r_i w_i: r_i = sum_j S_ij, the mass key i receives
         term, g = symmetric_loops.logistic(y[bs], f, H)
         loss += term
-        for j in range(D):
-            gz[j] = g * z[j]
-            gub[j] = gz[j] * ubar[j]
-            kacc[j] = 0.0
-            wacc[j] = 0.0
-        for i in range(D):  # dL/dA = E_ij (u_i g z_j - g ubar_j z_j): its sum, and (by query) its products with K, w
-            a_i, p, k_i, ui, wi = A[i], ppT[i], K[i], gamma * w[i], w[i]
-            for j in range(D):
-                da = a_i[j] * (ui * gz[j] - gub[j])
-                p[j] += da
-                kacc[j] += da * k_i[j]
-                wacc[j] += wi * da
-        tk, tw = np.float32(0.0), np.float32(0.0)
-        for j in range(D):  # D sums of D terms each, in order over keys: no horizontal sum a row
-            tk += kacc[j]
-            tw += wacc[j] * w[j]
+        tk, tw = gradient_sums(A, ppT, K, w, gamma, z, ubar, g, gz, gub, kacc, wacc)
         along += tw
         trace += tk
         gv += g * gv_s

@@ -237,6 +237,70 @@ def logistic(yb, f, H):
     return (nm if nm > 0 else 0.0) + math.log1p(math.exp(-abs(nm))), np.float32(-yb / H / (1.0 + math.exp(-nm)))
 
 
+@njit(**FMA, inline="always")
+def block_values(Gf, Xf, Wv):
+    """G = [Ws; v1] X over a block of samples (rows Gf (d + 1, BLOCK D), Xf (d, BLOCK D)), two rows a pass."""
+    rows = Gf.shape[0]
+    kk = 0
+    while kk + 1 < rows:
+        _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1])
+        kk += 2
+    if kk < rows:
+        combine(Gf[kk], Xf, Wv[kk], False)
+
+
+@njit(**FMA, inline="always")
+def scores_and_top(A, CT, G, Xs, top, xi):
+    """A sample's scores A[i, j] = CT[i, j] + x_i^T Wff x_j (base 2; G = Ws X, its rows) and their maximum
+    over keys i into top: four keys a pass, the last D mod 4 one at a time (xi: a key's features)."""
+    d, D = Xs.shape
+    for j in range(D):
+        top[j] = -np.inf
+    quads = D - D % 4
+    for i in range(0, quads, 4):
+        _scores4(A, CT, G, Xs, i, top)
+    for i in range(quads, D):
+        a, c = A[i], CT[i]
+        for k in range(d):
+            xi[k] = Xs[k, i]
+        for j in range(D):
+            a[j] = c[j]
+        combine(a, G, xi, True)
+        for j in range(D):
+            top[j] = a[j] if a[j] > top[j] else top[j]
+
+
+@njit(**FMA, inline="always")
+def gradient_rows(A, ppT, u, z, ubar, g, gz, gub, r, T, Xs, sk, gv1):
+    """The backward pass of one sample from E (in A), its column sums' inverses z and ubar: dL/dA = g S o
+    (u_i - ubar_j) = E_ij (u_i g z_j - g ubar_j z_j) into A and summed into ppT; T^T = X^T dL/dA (rows over
+    queries) into T; the v1 gradient g sum_i r_i x_i into gv1, r_i = sum_j S_ij the mass key i receives."""
+    d, D = Xs.shape
+    for j in range(D):
+        gz[j] = g * z[j]
+        gub[j] = gz[j] * ubar[j]
+    for i in range(D):
+        a, p, ui = A[i], ppT[i], u[i]
+        r[i] = row_dot(a, z, D)
+        for j in range(D):
+            a[j] = a[j] * (ui * gz[j] - gub[j])
+            p[j] += a[j]
+    k = 0
+    while k + 1 < d:
+        _combine2(T[k], T[k + 1], A, Xs[k], Xs[k + 1])
+        k += 2
+    if k < d:
+        combine(T[k], A, Xs[k], False)
+    for k in range(d):  # d sums at once (each in order over i): not one chain of dependent adds
+        sk[k] = 0.0
+    for i in range(D):
+        ri = r[i]
+        for k in range(d):
+            sk[k] += ri * Xs[k, i]
+    for k in range(d):
+        gv1[k] += g * sk[k]
+
+
 @njit(**FMA)
 def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
     """One seed's step on the subspace, sample by sample; returns the mean logistic loss.
@@ -274,12 +338,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
         if t == 0:
             nb = min(BLOCK, H - b)
             gather_block(Xb, X, b, nb)
-            kk = 0  # G over the whole block (a last, shorter block's rows past nb are stale, never read)
-            while kk + 1 < d + 1:
-                _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1])
-                kk += 2
-            if kk < d + 1:
-                combine(Gf[kk], Xf, Wv[kk], False)
+            block_values(Gf, Xf, Wv)  # over the whole block (a last, shorter block's rows past nb: never read)
         for k in range(d):
             xs, xb, gs, gb = Xs[k], Xb[k, t], G[k], Gb[k, t]
             for j in range(D):
@@ -289,21 +348,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
         for j in range(D):
             gs[j] = gb[j]
         u = G[d]
-        # scores A[i, j] = CT[i, j] + x_i^T Wff x_j (base 2), and their maximum over keys i
-        for j in range(D):
-            top[j] = -np.inf
-        quads = D - D % 4
-        for i in range(0, quads, 4):
-            _scores4(A, CT, G[:d], Xs, i, top)
-        for i in range(quads, D):  # the last D mod 4 keys, one at a time
-            a, c = A[i], CT[i]
-            for k in range(d):
-                xi[k] = Xs[k, i]
-            for j in range(D):
-                a[j] = c[j]
-            combine(a, G[:d], xi, True)
-            for j in range(D):
-                top[j] = a[j] if a[j] > top[j] else top[j]
+        scores_and_top(A, CT, G[:d], Xs, top, xi)
         # softmax over keys i (a column operation): E = 2^(A - top) = 2^n 2^x with |x| <= 1/2, its sums
         # over keys z_j and the unnormalised values sum_i E_ij u_i; S = E / z is never written
         softmax_columns(A, top, z, ubar, u)
@@ -316,31 +361,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
         # the mean over H, and every gradient term has the slope g of H samples
         term, g = logistic(y[b], f, H)
         loss += term
-        # dL/dA = g S o (u_i - ubar_j) = E_ij (u_i g z_j - g ubar_j z_j): summed over samples, and
-        # T^T = X^T dL/dA (rows over queries); r_i = sum_j S_ij = sum_j E_ij z_j, the mass key i receives
-        for j in range(D):
-            gz[j] = g * z[j]
-            gub[j] = gz[j] * ubar[j]
-        for i in range(D):
-            a, p, ui = A[i], ppT[i], u[i]
-            r[i] = row_dot(a, z, D)
-            for j in range(D):
-                a[j] = a[j] * (ui * gz[j] - gub[j])
-                p[j] += a[j]
-        k = 0
-        while k + 1 < d:
-            _combine2(T[k], T[k + 1], A, Xs[k], Xs[k + 1])
-            k += 2
-        if k < d:
-            combine(T[k], A, Xs[k], False)
-        for k in range(d):  # d sums at once (each in order over i): not one chain of dependent adds
-            sk[k] = 0.0
-        for i in range(D):
-            ri = r[i]
-            for k in range(d):
-                sk[k] += ri * Xs[k, i]
-        for k in range(d):
-            gv1[k] += g * sk[k]
+        gradient_rows(A, ppT, u, z, ubar, g, gz, gub, r, T, Xs, sk, gv1)
         for k in range(d):
             ts, tb = T[k], Tb[k, t]
             for j in range(D):
