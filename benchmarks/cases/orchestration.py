@@ -49,30 +49,19 @@ def run(ctx) -> list:
         "s",
         note=f"sum {total:.1f} s; CPU time sum / cores {cpu / cores:.1f} s",
     )
-    table.add(
-        "orchestration",
-        "wall time of the study",
-        wall,
-        "s",
-        ratio="PASS" if ok[2] else "FAIL",
-        note=f"target <= {STUDY_MINUTES:g} min",
+    judged = (
+        ("wall time of the study", wall, "s", ok[2], f"target <= {STUDY_MINUTES:g} min"),
+        ("overhead: wall / (sum of job seconds / cores)", overhead, "x", ok[0], f"target <= {OVERHEAD:g}x"),
+        (
+            "peak memory of the largest job (max_rss)",
+            peak_mb / 1024,
+            "GiB",
+            ok[1],
+            f"{peak_path.relative_to(results)}; target <= {PEAK_GIB:g} GiB",
+        ),
     )
-    table.add(
-        "orchestration",
-        "overhead: wall / (sum of job seconds / cores)",
-        overhead,
-        "x",
-        ratio="PASS" if ok[0] else "FAIL",
-        note=f"target <= {OVERHEAD:g}x",
-    )
-    table.add(
-        "orchestration",
-        "peak memory of the largest job (max_rss)",
-        peak_mb / 1024,
-        "GiB",
-        ratio="PASS" if ok[1] else "FAIL",
-        note=f"{peak_path.relative_to(results)}; target <= {PEAK_GIB:g} GiB",
-    )
+    for case, value, unit, passed, note in judged:
+        table.add("orchestration", case, value, unit, ratio="PASS" if passed else "FAIL", note=note)
     return []
 
 

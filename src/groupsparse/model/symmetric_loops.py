@@ -238,15 +238,16 @@ def logistic(yb, f, H):
 
 
 @njit(**FMA, inline="always")
-def block_values(Gf, Xf, Wv):
-    """G = [Ws; v1] X over a block of samples (rows Gf (d + 1, BLOCK D), Xf (d, BLOCK D)), two rows a pass."""
-    rows = Gf.shape[0]
-    kk = 0
-    while kk + 1 < rows:
-        _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1])
-        kk += 2
-    if kk < rows:
-        combine(Gf[kk], Xf, Wv[kk], False)
+def combine_each(out, rows, coefs):
+    """out[k] = sum_i coefs[k, i] rows[i] for every k: two outputs a pass over ``rows`` (``_combine2``), the
+    last of an odd number alone. G = [Ws; v1] X over a block of samples, T^T = X^T dL/dA of a sample."""
+    n = out.shape[0]
+    k = 0
+    while k + 1 < n:
+        _combine2(out[k], out[k + 1], rows, coefs[k], coefs[k + 1])
+        k += 2
+    if k < n:
+        combine(out[k], rows, coefs[k], False)
 
 
 @njit(**FMA, inline="always")
@@ -285,12 +286,7 @@ def gradient_rows(A, ppT, u, z, ubar, g, gz, gub, r, T, Xs, sk, gv1):
         for j in range(D):
             a[j] = a[j] * (ui * gz[j] - gub[j])
             p[j] += a[j]
-    k = 0
-    while k + 1 < d:
-        _combine2(T[k], T[k + 1], A, Xs[k], Xs[k + 1])
-        k += 2
-    if k < d:
-        combine(T[k], A, Xs[k], False)
+    combine_each(T, A, Xs)
     for k in range(d):  # d sums at once (each in order over i): not one chain of dependent adds
         sk[k] = 0.0
     for i in range(D):
@@ -338,7 +334,7 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
         if t == 0:
             nb = min(BLOCK, H - b)
             gather_block(Xb, X, b, nb)
-            block_values(Gf, Xf, Wv)  # over the whole block (a last, shorter block's rows past nb: never read)
+            combine_each(Gf, Xf, Wv)  # G over the whole block (a last, shorter block's rows past nb: never read)
         for k in range(d):
             xs, xb, gs, gb = Xs[k], Xb[k, t], G[k], Gb[k, t]
             for j in range(D):
