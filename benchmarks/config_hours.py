@@ -6,7 +6,7 @@
 
 For every pretraining job of a config (``groupsparse.study.runs.expand``: tasks, scaling grid, ablations; one
 job per seed chunk) the job's distinct shape (d, D, batch, dtype, eval size, model, sampling) is
-measured once, one seed on one thread: the training step (``Trainer.step``: draw, gradients, descent),
+measured once, one seed on one thread: the training step (``Steps.step``: draw, gradients, descent),
 one recording (``metrics``) and one attention checkpoint (``mean_attention``). A job then costs
 
     seeds x (steps x step + recordings x record + checkpoints x attention)   CPU-seconds
@@ -36,8 +36,8 @@ def measure(torch, spec, repeats: int) -> dict[str, float]:
 
     t = Trainer(spec, [0])
     active = torch.ones(1, dtype=torch.bool)
-    t.step(active)
-    loss = t.step(active)
+    t.rule.step(active)
+    loss = t.rule.step(active)
 
     def best(fn, n):
         out = float("inf")
@@ -48,9 +48,9 @@ def measure(torch, spec, repeats: int) -> dict[str, float]:
         return out
 
     return {
-        "step": best(lambda: t.step(active), repeats),
-        "record": best(lambda: t.metrics(1, loss, active), 3),
-        "attention": best(lambda: t.mean_attention(1, active), 2),
+        "step": best(lambda: t.rule.step(active), repeats),
+        "record": best(lambda: t.recorder.metrics(1, loss, active), 3),
+        "attention": best(lambda: t.recorder.mean_attention(1, active), 2),
     }
 
 

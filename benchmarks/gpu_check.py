@@ -91,8 +91,8 @@ def step_rate(torch, spec, seeds: int, kernel=None, seconds: float = 5.0) -> flo
     """Training steps per second of ``seeds`` seeds batched in one Trainer: its own step by the plan
     ``dispatch.plan`` gives (``kernel`` a kernel name: that one forced), or ``kernel`` a callable with
     ``fastpath.seed_loss_and_grads``'s signature run in the trainer's draw and descent
-    (``bench.kernel_step``)."""
-    from bench import kernel_step
+    (``workloads.kernel_step``)."""
+    from workloads import kernel_step
 
     from groupsparse.model import dispatch
     from groupsparse.training.pretrain import Trainer
@@ -105,7 +105,7 @@ def step_rate(torch, spec, seeds: int, kernel=None, seconds: float = 5.0) -> flo
         if callable(kernel):
             kernel_step(torch, trainer, kernel, active, 1)
         else:
-            trainer.step(active)
+            trainer.rule.step(active)
 
     for _ in range(3):
         step()
@@ -132,11 +132,6 @@ def contractions(batched: bool):
 
 
 def benchmark(torch) -> None:
-    import population_cost
-
-    from groupsparse.model import dispatch, symmetric
-    from groupsparse.model.fastpath import dense_flops, kernel_flops
-
     n = 8192 if DEVICE == "cuda" else 1024
     seconds = 5.0 if DEVICE == "cuda" else 1.0
     peaks = {dt: matmul_peak(torch, getattr(torch, dt), n) for dt in ("float32", "float64")}
@@ -147,82 +142,112 @@ def benchmark(torch) -> None:
         )
     for dt, g in peaks.items():
         print(f"measured matmul peak (torch.mm {n}^2) {dt}: {g:,.0f} GFLOP/s")
-    rows = []
+    rows = Rows(peaks)
+    general_rows(torch, rows, seconds)
+    theorem_rows(torch, rows, seconds)
+    population_rows(torch, rows, seconds)
+    rows.print()
 
-    def row(label, spec, S, rate, own):
+
+class Rows:
+    """The benchmark's rows: steps/s, ms a seed-step, shares of the measured matmul peak."""
+
+    def __init__(self, peaks: dict):
+        self.peaks, self.rows = peaks, []
+
+    def add(self, label, spec, S, rate, own):
+        """``own``: the kernel's FLOPs of one seed-step (the dense formula's beside it)."""
+        from groupsparse.model.kernel_flops import dense_flops
+
         dense, kern = S * dense_flops(spec.pretrain.batch, spec.task.D, spec.task.d), S * own
-        peak = peaks[spec.dtype]
-        rows.append((label, rate, 1e3 / rate / S, 100 * rate * dense / 1e9 / peak, 100 * rate * kern / 1e9 / peak))
+        peak = self.peaks[spec.dtype]
+        self.rows.append((label, rate, 1e3 / rate / S, 100 * rate * dense / 1e9 / peak, 100 * rate * kern / 1e9 / peak))
 
-    # the largest scaling point and the default size: the general kernel's two forms of its contractions,
-    # and the largest point's own kernel from the zero start (the symmetric one from D = 24 on)
+    def print(self) -> None:
+        columns = (
+            "case | steps/s | ms per seed-step | % of the matmul peak (dense FLOPs) | % of the peak (kernel's FLOPs)"
+        )
+        print(f"\n| {columns} |")
+        print("| --- | --- | --- | --- | --- |")
+        for case, rate, ms, p_dense, p_kern in self.rows:
+            print(f"| {case} | {rate:.1f} | {ms:.3f} | {p_dense:.1f} | {p_kern:.1f} |")
+        print(
+            "\nGPU-hours of a config: steps x seeds x points / (steps/s x seeds per job) / 3600 per job shape; "
+            "compare benchmarks/config_hours.py's GPU-hours (estimates made without a GPU)."
+        )
+
+
+def own_flops(spec) -> int:
+    """One seed-step's FLOPs by the kernel the dispatch gives ``spec`` (its own model, ``dispatch.step_flops``)."""
+    from groupsparse.model import dispatch
+
+    t, B = spec.task, spec.pretrain.batch
+    return dispatch.step_flops(dispatch.plan(spec), B, t.D, t.d, t.d + t.D)
+
+
+def general_rows(torch, rows: Rows, seconds: float) -> None:
+    """The largest scaling point and the default size: the general kernel's two forms of its contractions,
+    and the largest point's own kernel from the zero start (the symmetric one from D = 24 on)."""
+    from groupsparse.model import dispatch, kernel_flops
+
     for d, D, dt, B, S in ((40, 64, "float64", 1024, 5), (10, 10, "float32", 2048, 5)):
         spec = run_spec(d, D, dt, B)
         for batched, label in ((True, "einsum contractions (GPU default)"), (False, "loop contractions (CPU default)")):
             rate = step_rate(torch, spec, S, contractions(batched), seconds)
-            row(
-                f"d = {d}, D = {D}, {dt}, batch {B}, {S} seeds, general kernel, {label}",
-                spec,
-                S,
-                rate,
-                kernel_flops(B, D, d),
-            )
+            label = f"d = {d}, D = {D}, {dt}, batch {B}, {S} seeds, general kernel, {label}"
+            rows.add(label, spec, S, rate, kernel_flops.general_flops(B, D, d))
         plan = dispatch.plan(spec)
         if plan.kernel.startswith("symmetric"):
             rate = step_rate(torch, spec, S, None, seconds)
-            row(
+            rows.add(
                 f"d = {d}, D = {D}, {dt}, batch {B}, {S} seeds, {plan.kernel} (the run's)",
                 spec,
                 S,
                 rate,
-                symmetric.flops(B, D, d, plan.kernel == "symmetric_loops"),
+                own_flops(spec),
             )
-    # the theorem test's points: d = 10, batch 512, 5 seeds, float32, on the symmetric subspace
+
+
+def theorem_rows(torch, rows: Rows, seconds: float) -> None:
+    """The theorem test's points: d = 10, batch 512, 5 seeds, float32, on the symmetric subspace."""
+    from groupsparse.model import dispatch
+
     for D in (32, 64):
         spec = run_spec(10, D, "float32", 512)
-        plan = dispatch.plan(spec)
         rate = step_rate(torch, spec, 5, None, seconds)
-        row(
-            f"d = 10, D = {D}, float32, batch 512, 5 seeds ({plan.kernel})",
+        rows.add(
+            f"d = 10, D = {D}, float32, batch 512, 5 seeds ({dispatch.plan(spec).kernel})",
             spec,
             5,
             rate,
-            symmetric.flops(512, D, 10, plan.kernel == "symmetric_loops"),
+            own_flops(spec),
         )
         if D == 64:
             point = 2 * D**3 / rate / 3600
             print(f"D = 64 point (5 seeds batched x {2 * D**3} steps, recording not included): {point:.2f} h")
-    # population mode (configs/population.yaml, D = 96 and 128 from configs/cluster/population_large_D.yaml):
-    # one seed a job, the projected step at each run's batch; the point's hours (steps only)
+
+
+def population_rows(torch, rows: Rows, seconds: float) -> None:
+    """Population mode (configs/population.yaml, D = 96 and 128 from configs/cluster/population_large_D.yaml):
+    one seed a job, the projected step at each run's batch; the point's hours (steps only)."""
+    import workloads
+
+    from groupsparse.model import dispatch
+
     for D in (64, 96, 128):
-        runs = population_cost.point_runs(population_cost.config(large_d=D > 64), D)
+        runs = workloads.point_runs(workloads.population_config(large_d=True), D)
         hours = 0.0
-        for run in sorted(runs, key=lambda r: r.spec["pretrain"]["batch"]):
+        for run in runs:
             p = run.spec["pretrain"]
-            spec = population_cost.spec_of(run, device=DEVICE, steps=10, eval_size=256)
-            plan = dispatch.plan(spec)
+            spec = workloads.spec_of(run, device=DEVICE, steps=10, eval_size=256)
             rate = step_rate(torch, spec, 1, None, seconds)
-            row(
-                f"population, d = 10, D = {D}, float32, batch {p['batch']}, 1 seed ({plan.kernel}, projected)",
-                spec,
-                1,
-                rate,
-                symmetric.flops(p["batch"], D, 10, plan.kernel == "symmetric_loops"),
-            )
+            kernel = dispatch.plan(spec).kernel
+            label = f"population, d = 10, D = {D}, float32, batch {p['batch']}, 1 seed ({kernel}, projected)"
+            rows.add(label, spec, 1, rate, own_flops(spec))
             hours += len(run.seeds) * p["steps"] / rate / 3600
         print(
             f"population D = {D} point ({' + '.join(r.name for r in runs)}, one seed a job, steps only): {hours:.2f} h"
         )
-    print(
-        "\n| case | steps/s | ms per seed-step | % of the matmul peak (dense FLOPs) | % of the peak (kernel's FLOPs) |"
-    )
-    print("| --- | --- | --- | --- | --- |")
-    for case, rate, ms, p_dense, p_kern in rows:
-        print(f"| {case} | {rate:.1f} | {ms:.3f} | {p_dense:.1f} | {p_kern:.1f} |")
-    print(
-        "\nGPU-hours of a config: steps x seeds x points / (steps/s x seeds per job) / 3600 per job shape; "
-        "compare benchmarks/config_hours.py's GPU-hours (estimates made without a GPU)."
-    )
 
 
 def main() -> int:

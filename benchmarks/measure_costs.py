@@ -297,7 +297,8 @@ def measure(point: dict) -> tuple[dict, list[dict]]:
 
 
 # derived from the sizes by groupsparse.costs (recomputed at every fit), so not stored
-DERIVED = {"flops", "draws", "python_steps", "persistent_bytes", "transient_bytes", "x_bytes", "z_bytes"}
+DERIVED = {"flops", "draws", "rate", "eta", "flow_time", "python_steps", "persistent_bytes", "transient_bytes"}
+DERIVED |= {"x_bytes", "z_bytes"}
 
 
 def read_tsv(path: Path) -> list[dict]:

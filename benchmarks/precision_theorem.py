@@ -12,7 +12,7 @@ import argparse
 
 import pandas as pd
 import torch
-from bench import run_spec
+from workloads import run_spec
 
 from groupsparse.training.pretrain import Trainer
 

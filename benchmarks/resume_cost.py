@@ -13,7 +13,7 @@ import tempfile
 import time
 
 import torch
-from bench import run_spec
+from workloads import run_spec
 
 from groupsparse.training.pretrain import Trainer
 from groupsparse.training.recording import record_steps
@@ -27,16 +27,18 @@ def main() -> None:
         path = os.path.join(tmp, "state.safetensors")
         tr = Trainer(spec, list(range(5)), resume_path=path)
         loss, active = torch.zeros(5), torch.ones(5, dtype=torch.bool)
-        one = tr.metrics(0, loss, active)
+        one = tr.recorder.metrics(0, loss, active)
         rows = [dict(r, step=s) for s in record_steps(steps, 16) for r in one]
-        att = tr.mean_attention(0, active) * 6
-        state = (["ok"] * 5, [-1] * 5, [0.1] * 5, [0.69] * 5, [0] * 5)
+        att = tr.recorder.mean_attention(0, active) * 6
+        tr.guard.check(0, torch.full((5,), 0.69), [True] * 5)
+        tr.recorder.rows, tr.recorder.attention_rows = rows[:-5], att
         t0 = time.perf_counter()
-        tr._save_resume(steps - 16, rows[:-5], att, *state)
+        tr.resume.save(steps - 16, tr.rule, tr.guard, tr.recorder)
         t1 = time.perf_counter()
-        tr._save_resume(steps, rows, att, *state)
+        tr.recorder.rows = rows
+        tr.resume.save(steps, tr.rule, tr.guard, tr.recorder)
         t2 = time.perf_counter()
-        meta = tr._load_resume()
+        meta = tr.resume.read(tr.rule, tr.device)
         t3 = time.perf_counter()
         assert meta["rows"] == rows
         print(f"{len(rows)} rows, {len(att)} attention rows, {os.path.getsize(path) / 1e6:.1f} MB")

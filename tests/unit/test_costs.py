@@ -98,8 +98,11 @@ def test_the_measured_largest_scaling_point_is_covered(monkeypatch):
     config["scaling"]["pretrain"]["steps"] = 40000
     run = expand(config)["scale_d40_D64"]
     now = costs.pretrain_cost(run.spec, 5, "cpu", 1)
-    assert costs.describe_pretrain(run.spec, 5)["path"] == "symmetric"
-    monkeypatch.setattr(costs.work, "_path", lambda spec: "antithetic")  # the general kernel, as measured
+    assert costs.describe_pretrain(run.spec, 5)["kernel"] == "symmetric"
+    from groupsparse.model import dispatch
+
+    general = dispatch.Plan("general")
+    monkeypatch.setattr(dispatch, "plan", lambda spec, **kw: general)  # the general kernel, as measured
     cost = costs.pretrain_cost(run.spec, 5, "cpu", 1)
     assert 0.5 <= cost.cpu_s / (13 * 3600) <= 2.0, cost
     assert abs(cost.mem_mb / 2900 - 1) <= 0.35, cost
@@ -129,7 +132,7 @@ def test_import_is_torch_and_numpy_free():
 def test_torch_free_copies_agree_with_the_real_code():
     """The recording grid is counted without numpy; the transfer methods have no copy any more (each
     method module declares its own work and coefficients, read by costs and the runner alike)."""
-    from groupsparse.training.pretrain import attention_steps, record_steps
+    from groupsparse.training.recording import attention_steps, record_steps
     from groupsparse.transfer.methods import method_names
 
     fitted = costs.coefficients()["transfer_fit"]
@@ -309,3 +312,26 @@ def test_batch_by_D_sets_the_grids_batch_at_its_levels_and_names_a_wrong_one():
         raw["scaling"]["batch_by_D"] = entries
         with pytest.raises(ConfigError, match=where):
             expand(raw)
+
+
+def test_a_job_is_priced_from_the_dispatch_s_flop_model_with_no_cost_path_per_kernel():
+    """The cost model names no kernel: a job's FLOPs come from ``dispatch.step_flops`` / ``eval_flops`` of its
+    plan and are priced at the plan's machine rate, each rate with a fitted factor (costs.yaml)."""
+    import ast
+
+    from groupsparse.model import dispatch
+
+    kernels = set(dispatch.KERNELS)
+    for module in ("work.py", "model.py", "requests.py", "cluster.py"):
+        tree = ast.parse((REPO / "src/groupsparse/costs" / module).read_text())
+        named = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in kernels}
+        assert named == set(), f"costs/{module} names kernels {named}"
+    factors = costs.coefficients()["pretrain"]["rate_factor"]
+    plans = [dispatch.Plan(k) for k in dispatch.KERNELS] + [dispatch.Plan("symmetric_loops", projected=True)]
+    assert {p.rate for p in plans} == set(factors)
+    spec = {"task": {"d": 10, "D": 32}, "pretrain": {"steps": 100, "batch": 512}}
+    work = costs.describe_pretrain(spec, 2)
+    plan = dispatch.plan(spec)
+    per_step, per_eval = dispatch.step_flops(plan, 512, 32, 10, 42), dispatch.eval_flops(plan, 32, 10, 42)
+    assert work["rate"] == plan.rate
+    assert work["flops"] == 2 * (100 * per_step + work["records"] * work["eval_size"] * per_eval)

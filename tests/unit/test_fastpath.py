@@ -15,7 +15,7 @@ import torch
 
 from groupsparse.config.specs import ModelSpec, RunSpec
 from groupsparse.data.synthetic import draw_task, standard_normal
-from groupsparse.model import cpu, fastpath
+from groupsparse.model import cpu, fastpath, kernel_flops
 from groupsparse.model.transformer import embed, loss_and_grads_closed_form, sine_positions
 from groupsparse.training.pretrain import Trainer
 
@@ -68,16 +68,16 @@ class PaperTransformer(torch.nn.Module):
 def test_trajectories_match_autograd_reference(sampling, score_scale):
     s = spec(sampling=sampling, score_scale=score_scale)
     trainer = Trainer(s, [0, 1])
-    assert trainer.closed_form
+    assert trainer.plan.closed_form
     d, D = s.task.d, s.task.D
     scale = 1 / math.sqrt(d + D) if score_scale == "sqrt" else 1.0
     refs = [PaperTransformer(d, D, scale) for _ in trainer.seeds]
     opts = [torch.optim.SGD(r.parameters(), lr=s.pretrain.eta) for r in refs]
     active = torch.ones(2, dtype=torch.bool)
     for _ in range(s.pretrain.steps):
-        X, y = trainer.batch()
-        loss, grads = trainer.loss_and_grads(X, y)
-        trainer.descend(grads, active)
+        X, y = trainer.batches.batch()
+        loss, grads = trainer.rule.loss_and_grads(X, y)
+        trainer.rule.descend(grads, active)
         for i, (ref, opt) in enumerate(zip(refs, opts)):
             ref_loss = torch.nn.functional.softplus(-y[i] * ref(X[i])).mean()
             opt.zero_grad()
@@ -85,9 +85,9 @@ def test_trajectories_match_autograd_reference(sampling, score_scale):
             opt.step()
             assert abs(float(loss[i]) - float(ref_loss.detach())) < TRAJECTORY_ATOL
     for i, ref in enumerate(refs):
-        assert torch.allclose(trainer.params["layer0.W"][i], ref.W.detach(), rtol=0, atol=TRAJECTORY_ATOL)
-        assert torch.allclose(trainer.params["v"][i], ref.v.detach(), rtol=0, atol=TRAJECTORY_ATOL)
-    assert trainer.params["layer0.W"].abs().max() > 0.1  # the run went somewhere
+        assert torch.allclose(trainer.parameters()["layer0.W"][i], ref.W.detach(), rtol=0, atol=TRAJECTORY_ATOL)
+        assert torch.allclose(trainer.parameters()["v"][i], ref.v.detach(), rtol=0, atol=TRAJECTORY_ATOL)
+    assert trainer.parameters()["layer0.W"].abs().max() > 0.1  # the run went somewhere
 
 
 @pytest.mark.parametrize("antithetic", [True, False])
@@ -159,16 +159,16 @@ def test_antithetic_fast_path_refuses_unmirrored_batches():
     task = draw_task(trainer.spec.task, 7, "fast", 0)
     plain = lambda n, gen, **kw: task.sample(n, gen, **(kw | {"antithetic": False}))
     trainer.tasks[0].sample = plain  # a task that ignores antithetic=True
-    X, y = trainer.batch()
+    X, y = trainer.batches.batch()
     with pytest.raises(ValueError, match="pretrain.sampling"):
-        trainer.loss_and_grads(X, y)
+        trainer.rule.loss_and_grads(X, y)
 
 
 def test_dense_flop_count():
     # scores 2BDm^2 + 2BD^2m, W-gradient the same again
     B, D, d = 8, 3, 2
     m = d + D
-    assert fastpath.dense_flops(B, D, d) == 2 * (2 * B * D * m * m + 2 * B * D * D * m)
+    assert kernel_flops.dense_flops(B, D, d) == 2 * (2 * B * D * m * m + 2 * B * D * D * m)
 
 
 # --- the data draw in the run's precision (issue 18) ---------------------------------------------
@@ -219,12 +219,12 @@ def test_run_loop_draws_equal_public_batches(sampling, dtype):
     a, b = Trainer(s, [0, 1, 2]), Trainer(s, [0, 1, 2])
     active = torch.ones(3, dtype=torch.bool)
     for _ in range(4):
-        loss_a, grads_a = a.step_grads(a.draw())
-        loss_b, grads_b = b.loss_and_grads(*b.batch())
+        loss_a, grads_a = a.rule.step_grads(a.batches.draw())
+        loss_b, grads_b = b.rule.loss_and_grads(*b.batches.batch())
         assert torch.equal(loss_a, loss_b)
         assert all(torch.equal(grads_a[k], grads_b[k]) for k in grads_a)
-        a.descend(grads_a, active)
-        b.descend(grads_b, active)
+        a.rule.descend(grads_a, active)
+        b.rule.descend(grads_b, active)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

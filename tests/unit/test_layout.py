@@ -1,6 +1,7 @@
 """The package's layout: layers (no import from a lower layer to a higher one), no import circle, no
-command importing cli, no private name used outside its module, no module over ~400 lines, and the
-layout map of docs/development.md matching the tree."""
+command importing cli, no private name used outside its module (src/ and benchmarks/), no module over
+~400 lines outside training/ (which is split by concept instead: a step, a record, a resume each in one
+module, composed without mixins), and the layout map of docs/development.md matching the tree."""
 
 from __future__ import annotations
 
@@ -137,17 +138,23 @@ def test_commands_never_import_cli():
 PRIVATE_USES_ALLOWED: set[tuple[str, str, str]] = set()
 
 
-def private_uses() -> set[tuple[str, str, str]]:
-    """(user, module, name) for each ``_name`` a module imports from another package module, or reads
-    as ``module._name`` from one it imported: a name another module needs is part of its owner's interface."""
+def private_uses(scripts: dict[str, Path] | None = None) -> set[tuple[str, str, str]]:
+    """(user, module, name) for each ``_name`` a module of the package or a script of benchmarks/ imports from a
+    package module, or reads as ``module._name`` from one it imported: a name another module needs is part of
+    its owner's interface. ``scripts``: other files to read instead of benchmarks/ (a test's)."""
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    if scripts is None:
+        scripts = {str(p.relative_to(REPO)): p for p in (REPO / "benchmarks").rglob("*.py")}
     found = set()
-    for name, path in modules.items():
+    for name, path in (modules | scripts).items():
+        in_package = name in modules
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         imported: dict[str, str] = {}  # local name -> package module
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
+                if node.level and not in_package:
+                    continue
                 base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
                 source = ".".join(base + [node.module] if node.module else base) if node.level else node.module
                 for alias in node.names:
@@ -166,6 +173,21 @@ def private_uses() -> set[tuple[str, str, str]]:
             if owner is not None and owner != name and is_private(node.attr):
                 found.add((name, owner, node.attr))
     return found
+
+
+def test_the_private_name_check_reads_the_benchmarks(tmp_path):
+    """The check above sees a benchmark script reaching into a module (as one once cut the fused kernel at its
+    phases through fastpath._fused_buffers), by either form of import."""
+    script = tmp_path / "case.py"
+    script.write_text(
+        "from groupsparse.model import fastpath\nfrom groupsparse.model.fastpath import _get\nfastpath._fused_buffers\n"
+    )
+    found = private_uses({"benchmarks/cases/case.py": script})
+    user = "benchmarks/cases/case.py"
+    assert {
+        (user, "groupsparse.model.fastpath", "_fused_buffers"),
+        (user, "groupsparse.model.fastpath", "_get"),
+    } <= found
 
 
 def is_private(name: str) -> bool:
@@ -208,12 +230,57 @@ def test_every_task_kind_has_a_spec_class_and_a_declaration():
 
 
 def test_no_module_over_about_400_lines():
+    """training/ is split by concept (the test below), not by length."""
     long = {
         str(p.relative_to(PACKAGE)): n
         for p in PACKAGE.rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > MAX_LINES
+        if (n := len(p.read_text().splitlines())) > MAX_LINES and p.parent.name != "training"
     }
     assert long == {}
+
+
+TRAINING = PACKAGE / "training"
+# Each concept of training/ and the one module that holds it, by the calls only that concept makes: a
+# reader finds a step, a record, a resume each in one place.
+CONCEPT_HOMES = {
+    "a step's gradients": ("steps.py", {"loss_and_grads", "grad"}),
+    "a step's update": ("descent.py", {"build", "project"}),
+    "a record": ("recording.py", {"seed_forward", "geomspace"}),
+    "a resume state": ("resume.py", {"save_checkpoint", "load_checkpoint"}),
+    "a draw": ("batches.py", {"sample_inner", "sample_inner_steps"}),
+}
+
+
+def calls_in(path: Path) -> set[str]:
+    """The names a module calls (``f(...)`` or ``x.f(...)``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    return names
+
+
+def test_training_holds_each_concept_in_one_module():
+    trainer_modules = [p for p in TRAINING.glob("*.py") if p.name != "transverse.py"]  # its own analysis
+    strays = {
+        concept: sorted(p.name for p in trainer_modules if p.name != home and calls_in(p) & marks)
+        for concept, (home, marks) in CONCEPT_HOMES.items()
+    }
+    assert {k: v for k, v in strays.items() if v} == {}
+    assert all(calls_in(TRAINING / home) & marks for home, marks in CONCEPT_HOMES.values())
+
+
+def test_training_is_composed_of_objects_not_mixins_or_descriptors():
+    """The Trainer owns its parts as attributes; no class of training/ inherits from more than one
+    class, the Trainer from none, and none is a descriptor (state rebuilt when an attribute is read)."""
+    for path in TRAINING.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = [b for b in node.bases if not (isinstance(b, ast.Name) and b.id == "Protocol")]
+                assert len(bases) <= (0 if node.name == "Trainer" else 1), f"{path.name}: {node.name}"
+                methods = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+                assert not methods & {"__get__", "__set__"}, f"{path.name}: {node.name} is a descriptor"
 
 
 def test_the_front_page_stays_within_150_lines():

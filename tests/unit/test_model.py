@@ -139,11 +139,11 @@ def test_trainer_closed_form_gradients_match_autograd(score_scale, sampling):
     closed = Trainer(RunSpec.from_dict({**raw, "pretrain": {**raw["pretrain"], "gradient": "closed_form"}}), [0, 1])
     auto = Trainer(RunSpec.from_dict({**raw, "pretrain": {**raw["pretrain"], "gradient": "autograd"}}), [0, 1])
     gen = torch.Generator().manual_seed(3)
-    point = {k: 0.5 * torch.randn(t.shape, generator=gen, dtype=torch.float64) for k, t in closed.params.items()}
-    closed.params, auto.params = dict(point), dict(point)
-    batch = closed.batch()
-    loss_c, grads_c = closed.loss_and_grads(*batch)
-    loss_a, grads_a = auto.loss_and_grads(*batch)
+    point = {k: 0.5 * torch.randn(t.shape, generator=gen, dtype=torch.float64) for k, t in closed.parameters().items()}
+    closed.rule.params, auto.rule.params = dict(point), dict(point)
+    batch = closed.batches.batch()
+    loss_c, grads_c = closed.rule.loss_and_grads(*batch)
+    loss_a, grads_a = auto.rule.loss_and_grads(*batch)
     torch.testing.assert_close(loss_c, loss_a, rtol=1e-12, atol=1e-14)
     for k in grads_a:
         assert grads_a[k].norm() > 1e-2, k
@@ -188,14 +188,14 @@ def test_zero_init_first_gradient(gradient):
     Antithetic pairs make dL/dv2 vanish in exact arithmetic (rounding only)."""
     B, d, D = 32768, 4, 4
     trainer = Trainer(tiny(pretrain={"batch": B, "gradient": gradient}, dtype="float64"), [0, 1])
-    loss, grads = trainer.loss_and_grads(*trainer.batch())
+    loss, grads = trainer.rule.loss_and_grads(*trainer.batches.batch())
     torch.testing.assert_close(loss, torch.full_like(loss, math.log(2)), rtol=1e-15, atol=0)
     assert torch.equal(grads["layer0.W"], torch.zeros_like(grads["layer0.W"]))
     gv1, gv2 = grads["v"][:, :d], grads["v"][:, d:]
     assert gv2.abs().max() < 1e-15
     n = B // 2  # independent samples: each antithetic pair contributes the same term twice
-    along = -(gv1 * trainer.v_star).sum(-1)
-    across = (-gv1 - along[:, None] * trainer.v_star).norm(dim=-1)
+    along = -(gv1 * trainer.recorder.v_star).sum(-1)
+    across = (-gv1 - along[:, None] * trainer.recorder.v_star).norm(dim=-1)
     sd_along = 0.5 * math.sqrt((D - 2 / math.pi) / n)  # var of y <v*, sum_j x_j> is D - 2/pi
     sd_across = 0.5 * math.sqrt(D / n)  # per direction orthogonal to v*
     assert (along - 0.5 * math.sqrt(2 / math.pi)).abs().max() < 5 * sd_along
@@ -207,7 +207,7 @@ def test_zero_init_first_gradient(gradient):
 def test_zero_init_iid_batch_moves_v2():
     """Contrast: without antithetic pairs the first v2 gradient is sampling noise, not 0."""
     trainer = Trainer(tiny(pretrain={"batch": 32768, "sampling": "iid"}, dtype="float64"), [0, 1])
-    _, grads = trainer.loss_and_grads(*trainer.batch())
+    _, grads = trainer.rule.loss_and_grads(*trainer.batches.batch())
     assert torch.equal(grads["layer0.W"], torch.zeros_like(grads["layer0.W"]))
     assert grads["v"][:, 4:].norm(dim=-1).min() > 1e-4
 

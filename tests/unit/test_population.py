@@ -90,13 +90,13 @@ def test_the_mean_of_many_batch_gradients_lies_on_the_subspace_and_is_the_projec
     tr = Trainer(sp, [0])
     gen = torch.Generator().manual_seed(3)
     tr.coef[0] = random_point(d, D, gen)
-    tr.params = tr.descent.build(tr.params, [0])
+    tr.rule.params = tr.rule.update.build(tr.parameters(), [0])
     task = tr.tasks[0]
     plan = dispatch.Plan(tr.plan.kernel)  # the plain batch gradient of the same kernel
-    W, v = tr.params["layer0.W"][0], tr.params["v"][0]
+    W, v = tr.parameters()["layer0.W"][0], tr.parameters()["v"][0]
     full, projected = [], []
     for _ in range(400):
-        X, y = tr.draw()[0]
+        X, y = tr.batches.draw()[0]
         _, gW, gv = dispatch.loss_and_grads(plan, W, v, X, y, tr.positions, tr.scale, True)
         full.append(torch.cat([gW.flatten(), gv]).double())
         projected.append(population.project(gW, gv, task.v_star, task.j_star, tr.positions))
@@ -183,7 +183,7 @@ def test_the_loops_step_from_the_coefficients_is_the_general_route_to_float32_ro
     gen = torch.Generator().manual_seed(11)
     coef = random_point(d, D, gen) * 0.3
     task, P = tr.tasks[0], tr.positions
-    X, y = tr.draw()[0]
+    X, y = tr.batches.draw()[0]
     step = dispatch.coefficient_steps(tr.plan, [task], D, tr.scale)[0]
     loss, direct = step(coef, X, y)
     W, v = population.build(coef, task.v_star, task.j_star, P, torch.float32)
@@ -269,37 +269,48 @@ class Interrupted(RuntimeError):
     pass
 
 
-class StopsAfter(Trainer):
-    """Killed (as by a job time limit) at its 25th step's draw (one step at a time or within a fused call)."""
+def stops_after(*args, **kw) -> Trainer:
+    """A trainer killed (as by a job time limit) at its 25th step's draw (one step at a time or within a call
+    of many steps)."""
+    trainer = Trainer(*args, **kw)
+    draw, drawn = trainer.batches.draw, [0]
 
-    def draw(self):
-        self.drawn = getattr(self, "drawn", 0) + 1
-        if self.drawn == 25:
+    def dying_draw():
+        drawn[0] += 1
+        if drawn[0] == 25:
             raise Interrupted
-        return super().draw()
+        return draw()
 
-    def descend_many(self, k, bounds):
-        self.drawn = getattr(self, "drawn", 0) + k
-        if self.drawn >= 25:
-            raise Interrupted
-        return super().descend_many(k, bounds)
+    trainer.batches.draw = dying_draw
+    if trainer.rule.many is not None:
+        take = trainer.rule.many.take
+
+        def dying_take(k, bounds):
+            drawn[0] += k
+            if drawn[0] >= 25:
+                raise Interrupted
+            return take(k, bounds)
+
+        trainer.rule.many.take = dying_take
+    return trainer
 
 
-class OneByOne(Trainer):
-    """Population mode on the loops taking every step alone (no ``descend_many``)."""
-
-    fusable = False
+def one_by_one(*args) -> Trainer:
+    """Population mode on the loops taking every step alone (no ``ManySteps``)."""
+    trainer = Trainer(*args)
+    trainer.rule.many = None
+    return trainer
 
 
 def test_many_steps_in_one_call_are_the_steps_one_by_one():
     """The steps between recordings in calls of many (population_loops.descend): the same trajectory, the same
     coefficients and W, to the last bit, as one step at a time; calls of at most a few steps, too."""
     sp = spec(4, 24, steps=300, batch=32, dtype="float32", eta=0.5)
-    fused, alone = Trainer(sp, [0, 1]), OneByOne(sp, [0, 1])
-    assert fused.fusable and not alone.fusable
+    fused, alone = Trainer(sp, [0, 1]), one_by_one(sp, [0, 1])
+    assert fused.rule.many is not None
     calls = []
-    original = fused.descend_many
-    fused.descend_many = lambda k, b: calls.append(k) or original(k, b)
+    original = fused.rule.many.take
+    fused.rule.many.take = lambda k, b: calls.append(k) or original(k, b)
     a, b = fused.run(), alone.run()
     assert sum(calls) > 200  # most steps (all but the recorded ones, log-spaced early) in calls of many
     assert torch.equal(fused.coef, alone.coef)
@@ -308,7 +319,7 @@ def test_many_steps_in_one_call_are_the_steps_one_by_one():
     cols = [c for c in a.trajectory.columns if c != "wall_seconds"]
     assert a.trajectory[cols].equals(b.trajectory[cols])
     few = Trainer(sp, [0, 1])
-    few.fused_steps = lambda: 3
+    few.rule.many.most = 3
     c = few.run()
     assert torch.equal(few.coef, alone.coef) and c.trajectory[cols].equals(b.trajectory[cols])
 
@@ -318,10 +329,10 @@ def test_a_call_of_many_steps_that_meets_a_divergence_leaves_it_to_the_steps_one
     changes nothing (generators and coefficients as before); the steps one by one then record the divergence
     at the same step, with the same trajectory."""
     sp = spec(4, 24, steps=300, batch=32, dtype="float32", eta=2.0)
-    fused, alone = Trainer(sp, [0, 1]), OneByOne(sp, [0, 1])
+    fused, alone = Trainer(sp, [0, 1]), one_by_one(sp, [0, 1])
     refused = []
-    original = fused.descend_many
-    fused.descend_many = lambda k, b: (lambda r: refused.append(r is None) or r)(original(k, b))
+    original = fused.rule.many.take
+    fused.rule.many.take = lambda k, b: (lambda r: refused.append(r is None) or r)(original(k, b))
     a, b = fused.run(), alone.run()
     assert "diverged" in b.status and a.status == b.status and a.diverged_step == b.diverged_step
     assert any(refused)
@@ -373,7 +384,7 @@ def test_a_killed_run_resumes_bit_identically(tmp_path, optimizer):
     whole = Trainer(sp, [0, 1]).run()
     path = tmp_path / "resume.safetensors"
     with pytest.raises(Interrupted):
-        StopsAfter(sp, [0, 1], resume_path=path, resume_every=10).run()
+        stops_after(sp, [0, 1], resume_path=path, resume_every=10).run()
     resumed = Trainer(sp, [0, 1], resume_path=path, resume_every=10).run()
     assert resumed.resumed_from_step == 20
     for k in whole.params:

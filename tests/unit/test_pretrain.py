@@ -17,7 +17,8 @@ import torch
 from groupsparse import cli
 from groupsparse.config.specs import ConfigError, RunSpec
 from groupsparse.io import files as io
-from groupsparse.training.pretrain import Trainer, checkpoint_payload, record_steps
+from groupsparse.training.pretrain import Trainer, checkpoint_payload
+from groupsparse.training.recording import record_steps
 
 from conftest import assert_same_run
 from conftest import tiny_spec as tiny
@@ -97,18 +98,64 @@ def test_cuda_run_matches_cpu_run(gradient):
     gpu = Trainer(RunSpec.from_dict({**raw, "device": "cuda"}), [0, 1])
     active = torch.ones(2, dtype=torch.bool)
     for _ in range(30):
-        X, y = cpu.batch()
-        loss_c, grads_c = cpu.loss_and_grads(X, y)
-        loss_g, grads_g = gpu.loss_and_grads(X.cuda(), y.cuda())
+        X, y = cpu.batches.batch()
+        loss_c, grads_c = cpu.rule.loss_and_grads(X, y)
+        loss_g, grads_g = gpu.rule.loss_and_grads(X.cuda(), y.cuda())
         torch.testing.assert_close(loss_g.cpu(), loss_c, rtol=1e-9, atol=1e-12)
-        cpu.descend(grads_c, active)
-        gpu.descend(grads_g, active)
-    for k in cpu.params:
-        assert gpu.params[k].device.type == "cuda"
-        torch.testing.assert_close(gpu.params[k].cpu(), cpu.params[k], rtol=1e-9, atol=1e-12)
+        cpu.rule.descend(grads_c, active)
+        gpu.rule.descend(grads_g, active)
+    for k, want in cpu.parameters().items():
+        assert gpu.parameters()[k].device.type == "cuda"
+        torch.testing.assert_close(gpu.parameters()[k].cpu(), want, rtol=1e-9, atol=1e-12)
     run = Trainer(RunSpec.from_dict({**raw, "device": "cuda"}), [0, 1]).run()
     assert run.status == ["ok", "ok"] and run.params["v"].device.type == "cuda"
     assert run.trajectory[["eval_loss", "attention_on_relevant"]].notna().all().all()
+
+
+class EventToEvent:
+    """A descent rule of its own (``training/rule.py``'s interface): plain gradient descent that goes from one
+    event to the next in one call, as a flow solver goes from one event's flow time to the next."""
+
+    def __init__(self, steps):
+        self.steps, self.eta, self.coef, self.advances = steps, steps.eta, None, []
+
+    def parameters(self):
+        return self.steps.parameters()
+
+    def evaluate(self, step, guard):
+        return self.steps.evaluate(step, guard)
+
+    def advance(self, step, to, guard, pause, progress=None):
+        self.advances.append((step, to))
+        self.steps.descend(self.steps.pending, guard.active)
+        for _ in range(step + 1, to):
+            self.steps.step(guard.active)
+        return to
+
+    def state(self):
+        return self.steps.state()
+
+    def load(self, tensors, meta, device):
+        self.steps.load(tensors, meta, device)
+
+
+def test_a_descent_rule_of_its_own_slots_into_the_trainer(monkeypatch):
+    """The trainer asks its rule only for the interface of training/rule.py: a rule that advances from event
+    to event in one go gives the run's numbers, recorded at the same steps, with nothing else changed."""
+    from groupsparse.training import rule as rules
+
+    spec = tiny(pretrain={"steps": 40, "record_every": 10, "attention_checkpoints": 3})
+    reference = Trainer(spec, [0, 1]).run()
+    make = rules.make
+    made = []
+    monkeypatch.setattr(rules, "make", lambda *args: made.append(EventToEvent(make(*args))) or made[-1])
+    trainer = Trainer(spec, [0, 1])
+    assert trainer.rule is made[0] and trainer.recorder.rule is made[0]
+    res = trainer.run()
+    assert_same_run(reference, res, 0, 0)
+    assert_same_run(reference, res, 1, 1)
+    stops = [to for _, to in made[0].advances]
+    assert stops == sorted((set(reference.trajectory["step"]) | set(reference.attention["step"])) - {0})
 
 
 # --- resume, checkpoints, tables -------------------------------------------------------------
@@ -118,17 +165,19 @@ class Interrupted(RuntimeError):
     pass
 
 
-class StopsAfter(Trainer):
-    """A trainer killed (as by a job time limit) when it draws its ``stop_at``-th batch (``run`` draws with
-    ``draw``)."""
+def stops_after(*args, stop_at: int = 25, **kw) -> Trainer:
+    """A trainer killed (as by a job time limit) when it draws its ``stop_at``-th batch."""
+    trainer = Trainer(*args, **kw)
+    draw, drawn = trainer.batches.draw, []
 
-    stop_at = 25
+    def dying():
+        drawn.append(1)
+        if len(drawn) == stop_at:
+            raise Interrupted(f"killed at batch {len(drawn)}")
+        return draw()
 
-    def draw(self):
-        self.drawn = getattr(self, "drawn", 0) + 1
-        if self.drawn == self.stop_at:
-            raise Interrupted(f"killed at batch {self.drawn}")
-        return super().draw()
+    trainer.batches.draw = dying
+    return trainer
 
 
 def test_resume_after_interruption_is_bit_identical(tmp_path):
@@ -137,7 +186,7 @@ def test_resume_after_interruption_is_bit_identical(tmp_path):
     reference = Trainer(spec, seeds).run()
     state = tmp_path / "resume.safetensors"
     with pytest.raises(Interrupted):
-        StopsAfter(spec, seeds, resume_path=state, resume_every=10).run()
+        stops_after(spec, seeds, resume_path=state, resume_every=10).run()
     assert state.is_file()
     resumed = Trainer(spec, seeds, resume_path=state, resume_every=10).run()
     assert resumed.resumed_from_step == 20  # the last state saved before batch 25 (step 24)
@@ -315,7 +364,7 @@ def test_divergence_is_recorded():
 def test_a_blow_up_that_stays_finite_is_recorded_as_diverged():
     """eta = 1e10 in float64: the loss grows to ~1e9 without overflowing; the rule (loss above
     DIVERGE_FACTOR x its start for DIVERGE_PATIENCE consecutive steps) marks the seed diverged."""
-    from groupsparse.training.pretrain import DIVERGE_FACTOR, DIVERGE_PATIENCE
+    from groupsparse.training.divergence import DIVERGE_FACTOR, DIVERGE_PATIENCE
 
     spec = tiny(pretrain={"steps": 20, "eta": 1e10, "record_every": 1}, dtype="float64")
     res = Trainer(spec, [0]).run()
@@ -330,17 +379,20 @@ def test_a_blow_up_that_stays_finite_is_recorded_as_diverged():
 
 def test_a_single_loss_spike_is_not_a_divergence():
     """One step far above the bound (a heavy-tailed batch) followed by recovery: still "ok"."""
-    from groupsparse.training.pretrain import DIVERGE_PATIENCE
+    from groupsparse.training.divergence import DIVERGE_PATIENCE
 
-    class OneSpike(Trainer):
-        def step_grads(self, drawn):
-            loss, grads = super().step_grads(drawn)
-            self.calls = getattr(self, "calls", 0) + 1
-            if self.calls in (3, 3 + DIVERGE_PATIENCE):  # two isolated spikes, never PATIENCE in a row
-                loss = loss * 1000
-            return loss, grads
+    trainer = Trainer(tiny(pretrain={"steps": 20, "eta": 0.5}), [0, 1])
+    step_grads, calls = trainer.rule.step_grads, []
 
-    res = OneSpike(tiny(pretrain={"steps": 20, "eta": 0.5}), [0, 1]).run()
+    def one_spike(drawn):
+        loss, grads = step_grads(drawn)
+        calls.append(1)
+        if len(calls) in (3, 3 + DIVERGE_PATIENCE):  # two isolated spikes, never PATIENCE in a row
+            loss = loss * 1000
+        return loss, grads
+
+    trainer.rule.step_grads = one_spike
+    res = trainer.run()
     assert res.status == ["ok", "ok"]
 
 
@@ -359,23 +411,26 @@ def test_cli_divergence_fail_exits_3_and_record_exits_0(tmp_path, capsys):
     assert meta["status"] == ["diverged", "diverged"]
 
 
-class InfGradientAt(Trainer):
-    """Seed 0's v-gradient becomes +inf at step ``bad_step`` (an overflow in the backward pass)."""
+def inf_gradient_at(*args, bad_step: int = 3) -> Trainer:
+    """A trainer whose seed 0's v-gradient becomes +inf at step ``bad_step`` (an overflow in the backward pass)."""
+    trainer = Trainer(*args)
+    step_grads, calls = trainer.rule.step_grads, []
 
-    bad_step = 3
-
-    def step_grads(self, drawn):  # run's gradients (loss_and_grads off the fast path)
-        loss, grads = super().step_grads(drawn)
-        self.calls = getattr(self, "calls", 0) + 1
-        if self.calls == self.bad_step + 1:
+    def overflowing(drawn):  # run's gradients (loss_and_grads off the fast path)
+        loss, grads = step_grads(drawn)
+        calls.append(1)
+        if len(calls) == bad_step + 1:
             grads = dict(grads, v=grads["v"].clone())
             grads["v"][0] = float("inf")
         return loss, grads
 
+    trainer.rule.step_grads = overflowing
+    return trainer
+
 
 def test_diverged_seed_is_frozen_and_others_unaffected():
     spec = tiny(pretrain={"steps": 12, "eta": 2.0})
-    res = InfGradientAt(spec, [0, 1]).run()
+    res = inf_gradient_at(spec, [0, 1]).run()
     assert res.status == ["diverged", "ok"] and res.diverged_step == [3, -1]
     # seed 0 keeps the parameters it had when its gradient broke (eta * inf * 0 must not leak NaN)
     upto = Trainer(tiny(pretrain={"steps": 3, "eta": 2.0}), [0]).run()
@@ -404,7 +459,7 @@ def test_resume_state_saved_by_wall_time_resumes_bit_identically(tmp_path):
     reference = Trainer(spec, seeds).run()
     state = tmp_path / "resume.safetensors"
     with pytest.raises(Interrupted):
-        StopsAfter(spec, seeds, resume_path=state, resume_every=10**6, resume_seconds=0.0).run()
+        stops_after(spec, seeds, resume_path=state, resume_every=10**6, resume_seconds=0.0).run()
     tensors, meta = io.load_checkpoint(state)
     assert meta["step"] == 24 and "rows" not in meta  # the recorded rows travel as tensors, not JSON
     assert tensors["rows"].shape[0] == 2 * sum(s < 24 for s in record_steps(40, 3))  # rows before step 24
@@ -420,9 +475,10 @@ def test_resume_reads_a_state_with_json_rows(tmp_path):
     reference = Trainer(spec, [0]).run()
     state = tmp_path / "resume.safetensors"
     with pytest.raises(Interrupted):
-        StopsAfter(spec, [0], resume_path=state, resume_every=10).run()
+        stops_after(spec, [0], resume_path=state, resume_every=10).run()
     tensors, meta = io.load_checkpoint(state)
-    old_meta = Trainer(spec, [0], resume_path=state)._load_resume()  # rows as dicts
+    old = Trainer(spec, [0], resume_path=state)
+    old_meta = old.resume.read(old.rule, old.device)  # rows as dicts
     meta |= {"rows": old_meta["rows"], "attention_rows": old_meta["attention_rows"]}
     io.save_checkpoint(state, {k: t for k, t in tensors.items() if "rows" not in k}, meta)
     resumed = Trainer(spec, [0], resume_path=state, resume_every=10).run()

@@ -107,21 +107,22 @@ def truncate(src: Path, dst: Path) -> Path:
 def test_stale_or_truncated_resume_state_is_discarded_and_a_good_one_is_used(tmp_path, monkeypatch):
     """A resume state from another config, or a damaged one, must never be continued from."""
     from groupsparse.training.pretrain import Trainer
+    from groupsparse.training.resume import ResumeStore
 
     spec, other = _small_spec(), _small_spec(eta=0.25)
     fresh = Trainer(spec, [0, 1]).run().trajectory
     fresh_other = Trainer(other, [0, 1]).run().trajectory
     state = tmp_path / "state.safetensors"
-    real_save = Trainer._save_resume
+    real_save = ResumeStore.save
 
     def save_then_die(self, *args):  # a job killed right after its first saved state
         real_save(self, *args)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Trainer, "_save_resume", save_then_die)
+    monkeypatch.setattr(ResumeStore, "save", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         Trainer(spec, [0, 1], resume_path=state, resume_every=10).run()
-    monkeypatch.setattr(Trainer, "_save_resume", real_save)
+    monkeypatch.setattr(ResumeStore, "save", real_save)
     assert state.exists()
     saved = state.read_bytes()
 

@@ -344,9 +344,9 @@ def test_min_over_queries_is_recorded_against_a_direct_computation():
     res = trainer.run()
     last = res.trajectory[res.trajectory.step == 30].set_index("seed")
     # the evaluation set is i.i.d.: its second half is not the mirror of the first
-    X = trainer.Z_eval[..., : spec.task.d]
+    X = trainer.recorder.Z_eval[..., : spec.task.d]
     assert not torch.allclose(X[:, 128:], -X[:, :128])
-    _, attn = forward(res.params, trainer.Z_eval, spec.model)  # (S, N, key, query)
+    _, attn = forward(res.params, trainer.recorder.Z_eval, spec.model)  # (S, N, key, query)
     mean = attn.mean(1)
     for i, seed in enumerate([0, 1]):
         j = int(res.tasks[i].j_star)

@@ -36,7 +36,8 @@ def run(args) -> int:
     spec = RunSpec.from_dict(args.spec)
     from ..io import files as io
     from ..io.progress import Progress
-    from ..training.pretrain import DIVERGE_FACTOR, DIVERGE_PATIENCE, Trainer, checkpoint_payload
+    from ..training.divergence import DIVERGE_FACTOR, DIVERGE_PATIENCE
+    from ..training.pretrain import Trainer, checkpoint_payload
 
     set_threads(args.threads)
     print(

@@ -50,7 +50,9 @@ def register(sub) -> None:
 
 def spec_dict(args, D: int) -> dict:
     """The projected run of one D (validated by RunSpec.from_dict: a bad value names its key)."""
-    eta = min(args.eta, args.eta_D_limit / D)
+    from ..config.specs import step_size
+
+    eta = step_size(args.eta, args.eta_D_limit, D)
     steps = max(1, min(args.max_steps, round(args.flow_time_per_D3 * D**3 / eta)))
     pretrain = {
         "gradient": "population",

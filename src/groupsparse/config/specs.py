@@ -246,6 +246,12 @@ class ModelSpec:
         return (self.positions, self.attention, self.layers) == ("concat", "merged", 1)
 
 
+def step_size(eta: float, eta_D_limit: float | None, D: int) -> float:
+    """The step size at D: eta, or eta(D) = min(eta, eta_D_limit / D) with the D-dependent rule. The one
+    definition: the run spec, the study's planner, the commands and the cost model call it."""
+    return eta if eta_D_limit is None else min(eta, eta_D_limit / D)
+
+
 @dataclass(frozen=True)
 class FlowSpec:
     """Population gradient flow's settings (pretrain.solver: flow; the schema's $defs/flow)."""
@@ -301,8 +307,8 @@ class PretrainSpec:
         )
 
     def step_size(self, D: int) -> float:
-        """The step size at D: eta, or min(eta, eta_D_limit / D) with the D-dependent rule."""
-        return self.eta if self.eta_D_limit is None else min(self.eta, self.eta_D_limit / D)
+        """The step size at D (:func:`step_size`)."""
+        return step_size(self.eta, self.eta_D_limit, D)
 
 
 @dataclass(frozen=True)

@@ -11,20 +11,23 @@ Model (coefficients in ``costs.yaml`` in this package, refitted from
 pretrain, one job = S seeds x T steps of batch B, R recorded evaluations of E samples,
 tokens of width m (= d + D with concatenated positions) over D positions, L layers::
 
-    flops  = S L D m (m + D) (4 T B + 2 R E)            (the dense formula's GEMM count)
-    draws  = S T B D d                                   (Gaussian numbers drawn)
-    cpu_s  = c0 + path_flops * c_flop[dtype] * flops + path_draws * c_draw * draws
+    flops  = S (T step_flops + R E eval_flops)          (the plan's FLOP model: ``dispatch.step_flops``,
+                                                         ``dispatch.eval_flops``)
+    draws  = S T B D d                                   (the values of the batches)
+    cpu_s  = c0 + rate_flops * c_flop[dtype] * flops + rate_draws * c_draw * draws
     mem_mb = m0 + m_img [image task] + m_p * S bytes(dtype) (E D (m + D) + B D d) / 2^20          (alive all run)
                 + m_t * k L bytes(dtype) B D (m + D) / 2^20                (one step's temporaries)
 
 with k = min(S, threads) seeds computed at once by the fast kernel (all S under autograd).
 
-``path_flops = path_draws = path``: 1 for the paper model with antithetic batches (the fast kernel folds the
-mirror half), and a fitted factor (median over their measured jobs) for i.i.d. batches and
-for models trained by autograd (other positions/attention/layers). A path measured at three
-points or more gets two factors, one on its flops and one on its draws (least squares of the
-relative errors): population mode's numba loops run at about 1/17 of the GEMM path's rate
-per flop and draw about half its numbers (the antithetic half).
+The machine rates: ``c_flop[dtype]`` and ``c_draw`` are fitted on the general closed forms (rate
+"gemm": torch's products and fused passes, counted by the dense formula of the batch, an i.i.d. batch
+twice: it has no mirror half to fold), and each other rate a kernel runs at (``dispatch.RATES``: "autograd",
+"torch", "loops", "subspace") gets a factor ``rate_flops = rate_draws`` (median over its measured
+jobs), or, measured at three points or more, one on its flops and one on its draws (least squares of
+the relative errors: population mode's loops from the coefficients run at about 1/10 of the GEMM rate
+per flop and draw about half its numbers). A new kernel names its FLOP model and its rate in the
+dispatch: no cost path of its own.
 
 transfer, one job = a method group x sample sizes x downstream tasks for S seeds; a job's
 cost is the sum over the *fits it performs* (one per (downstream, n, method), plus
@@ -55,103 +58,15 @@ Layout: :mod:`.work` (a job's work from its spec), :mod:`.model` (coefficients a
 :mod:`.requests` (scheduler requests, the memory check, study totals), :mod:`.fit` (refitting
 from the benchmark files and the measured-vs-predicted report), :mod:`.cluster` (caps on a
 cluster job: seed chunks and the packing of runs into Slurm jobs). ``from groupsparse import costs``
-gives all of them; none imports torch or (at import) numpy.
+gives every name of each module's ``__all__``; none imports torch or (at import) numpy.
 """
 
-from .cluster import DEFAULT_MAX_RUNTIME_MIN, chain_requests, fit_chunks, gpus_per_job, group_request, pack, slurm_jobs
-from .fit import (
-    DEFAULT_DATA,
-    TABLES,
-    fit,
-    measured_vs_predicted,
-    read_table,
-    report,
-    write_coefficients,
-)
-from .model import (
-    COEFFS_PATH,
-    FIT_TERMS,
-    GPU_ASSUMPTIONS,
-    GPU_NOTE,
-    GPU_TIME_MARGIN,
-    MEM_FLOOR_MB,
-    MEM_MARGIN,
-    TIME_FLOOR_MIN,
-    TIME_MARGIN,
-    Cost,
-    coefficients,
-    fit_seconds,
-    pretrain_cost,
-    set_coefficients,
-    transfer_cost,
-)
-from .requests import (
-    DEFAULT_MEM_LIMIT_MB,
-    SMALL_JOBS,
-    check_memory,
-    estimate_study,
-    pretrain_request,
-    request,
-    run_key,
-    transfer_request,
-)
-from .work import (
-    DTYPE_BYTES,
-    Fit,
-    coefficients_of,
-    describe_pretrain,
-    describe_transfer,
-    fit_work,
-    measured_methods,
-    record_count,
-    transfer_fits,
-)
+from . import cluster, model, requests, work
+from . import fit as fitting
+from .cluster import *  # noqa: F403
+from .fit import *  # noqa: F403  (its fit() stands for the module's name here)
+from .model import *  # noqa: F403
+from .requests import *  # noqa: F403
+from .work import *  # noqa: F403
 
-__all__ = [
-    "DEFAULT_MAX_RUNTIME_MIN",
-    "chain_requests",
-    "fit_chunks",
-    "gpus_per_job",
-    "group_request",
-    "pack",
-    "slurm_jobs",
-    "COEFFS_PATH",
-    "DEFAULT_DATA",
-    "DEFAULT_MEM_LIMIT_MB",
-    "DTYPE_BYTES",
-    "FIT_TERMS",
-    "GPU_ASSUMPTIONS",
-    "GPU_NOTE",
-    "GPU_TIME_MARGIN",
-    "MEM_FLOOR_MB",
-    "MEM_MARGIN",
-    "SMALL_JOBS",
-    "TABLES",
-    "TIME_FLOOR_MIN",
-    "TIME_MARGIN",
-    "Cost",
-    "Fit",
-    "coefficients_of",
-    "check_memory",
-    "coefficients",
-    "describe_pretrain",
-    "describe_transfer",
-    "estimate_study",
-    "fit",
-    "fit_seconds",
-    "fit_work",
-    "measured_methods",
-    "measured_vs_predicted",
-    "pretrain_cost",
-    "pretrain_request",
-    "read_table",
-    "record_count",
-    "report",
-    "request",
-    "run_key",
-    "set_coefficients",
-    "transfer_cost",
-    "transfer_fits",
-    "transfer_request",
-    "write_coefficients",
-]
+__all__ = [*cluster.__all__, *fitting.__all__, *model.__all__, *requests.__all__, *work.__all__]

@@ -20,6 +20,16 @@ from __future__ import annotations
 from ..config.schema import default_of
 from .requests import pretrain_request, run_key, transfer_request
 
+__all__ = [
+    "DEFAULT_MAX_RUNTIME_MIN",
+    "chain_requests",
+    "fit_chunks",
+    "gpus_per_job",
+    "group_request",
+    "pack",
+    "slurm_jobs",
+]
+
 DEFAULT_MAX_RUNTIME_MIN = default_of("jobs.max_runtime_min")  # 24 h: what most partitions accept
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.kinds import DEFAULT_KIND, kind_of
+from ..model.dispatch import Plan
 from .model import (
     COEFFS_PATH,
     FIT_TERMS,
@@ -22,13 +23,33 @@ from .model import (
     transfer_mem_features,
     transfer_parts,
 )
-from .work import DTYPE_BYTES, Fit, describe_transfer, measured_methods, pretrain_bytes, pretrain_flops, transfer_fits
+from .work import DTYPE_BYTES, Fit, describe_transfer, measured_methods, pretrain_bytes, pretrain_work, transfer_fits
+
+__all__ = [
+    "DEFAULT_DATA",
+    "TABLES",
+    "fit",
+    "measured_vs_predicted",
+    "read_table",
+    "report",
+    "write_coefficients",
+]
 
 # -- fitting (numpy/scipy imported here only) --------------------------------------------------
 
 TABLES = ("pretrain.tsv", "transfer.tsv", "transfer_fits.tsv")
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "benchmarks" / "costs"
-TWO_FACTORS_FROM = 3  # measured points of a path from which it gets a factor for its flops and one for its draws
+TWO_FACTORS_FROM = 3  # measured points of a rate from which it gets a factor for its flops and one for its draws
+# pretrain.tsv's rows measured before the rows named their plan: the implementation (kernel, projected) and
+# the sampling (antithetic) each cost path of that time stands for
+MEASURED_PATHS = {
+    "antithetic": ("general", False, True),
+    "iid": ("general", False, False),
+    "autograd": ("autograd", False, True),
+    "symmetric": ("symmetric", False, True),
+    "symmetric_loops": ("symmetric_loops", False, True),
+    "population_loops": ("symmetric_loops", True, True),
+}
 
 
 def read_table(path: Path) -> list[dict]:
@@ -39,16 +60,19 @@ def read_table(path: Path) -> list[dict]:
 
 
 def _pre_row(r: dict) -> dict:
-    """Features of a measured pretraining row, recomputed from its raw sizes."""
+    """Features of a measured pretraining row, recomputed from its raw sizes and plan."""
     d, D, m, L, S = (int(r[k]) for k in ("d", "D", "m", "layers", "seeds"))
     T, B, E, R = (int(r[k]) for k in ("steps", "batch", "eval_size", "records"))
+    if r.get("kernel"):
+        kernel, projected, antithetic = r["kernel"], r["projected"] == "True", r["sampling"] == "antithetic"
+    else:
+        kernel, projected, antithetic = MEASURED_PATHS[r["path"]]
+    plan = Plan(kernel, projected)
     return {
         "dtype": r["dtype"],
-        "path": r["path"],
         "kind": r.get("kind") or DEFAULT_KIND,
-        "flops": pretrain_flops(r["path"], S, L, d, D, m, T, B, R, E),
-        "draws": S * T * B * D * d,
-        **pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, r["path"]),
+        **pretrain_work(plan, S, L, d, D, m, T, B, R, E, antithetic),
+        **pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, not plan.closed_form),
         "cpu_s": float(r["user_s"]) + float(r["sys_s"]),
         "mem_mb": float(r["max_rss_mb"]),
     }
@@ -110,29 +134,41 @@ def _nnls_relative(X, y):
 
 def fit(data: Path = DEFAULT_DATA) -> dict:
     """Refit every coefficient from benchmarks/costs/*.tsv (deterministic; rounded to 6 digits)."""
+    data = Path(data)
+    coeffs = {"pretrain": _fit_pretrain(data), "transfer_fit": _fit_transfer_fits(data)}
+    coeffs = _rounded(coeffs)
+    saved = set_coefficients(coeffs)  # the job model predicts fits with the new coefficients
+    try:
+        coeffs["transfer_job"] = _fit_transfer_jobs(data)
+    finally:
+        set_coefficients(saved)
+    return _rounded(coeffs)
+
+
+def _fit_pretrain(data: Path) -> dict:
+    """The machine rates (c0, seconds a FLOP per dtype, a draw) on the GEMM rate's jobs, a factor for each other
+    rate measured, and the memory model, from pretrain.tsv."""
     import statistics
 
-    data = Path(data)
     pre = [_pre_row(r) for r in read_table(data / "pretrain.tsv")]
-    fast = [p for p in pre if p["path"] == "antithetic"]
+    fast = [p for p in pre if p["rate"] == "gemm"]
     X = [
         [1.0, p["flops"] * (p["dtype"] == "float32"), p["flops"] * (p["dtype"] == "float64"), p["draws"]] for p in fast
     ]
     c0, f32, f64, draw = _nnls_relative(X, [p["cpu_s"] for p in fast])
     base = {"c0_s": c0, "s_per_flop": {"float32": f32, "float64": f64}, "s_per_draw": draw}
-    factors: dict[str, Any] = {"antithetic": 1.0}
-    for path in sorted({p["path"] for p in pre} - {"antithetic"}):  # each other path measured: its factor
-        rows = [p for p in pre if p["path"] == path]
+    factors: dict[str, Any] = {"gemm": 1.0}
+    for rate in sorted({p["rate"] for p in pre} - {"gemm"}):  # each other rate measured: its factor
+        rows = [p for p in pre if p["rate"] == rate]
         flops = [base["s_per_flop"][p["dtype"]] * p["flops"] for p in rows]
         draws = [draw * p["draws"] for p in rows]
         if len(rows) >= TWO_FACTORS_FROM:
-            # enough points for the path's own mix: its kernels' rate against the GEMM path's, and its draws'
-            # (population mode's numba loops run far below the GEMM rate and draw only the antithetic half)
+            # enough points for the rate's own mix: its kernels' rate against the GEMM rate, and its draws'
             a, b = _nnls_relative([list(x) for x in zip(flops, draws)], [p["cpu_s"] - c0 for p in rows])
-            factors[path] = {"flops": round_significant(a), "draws": round_significant(b)}
+            factors[rate] = {"flops": round_significant(a), "draws": round_significant(b)}
             continue
         ratios = [(p["cpu_s"] - c0) / (f + d) for p, f, d in zip(rows, flops, draws)]
-        factors[path] = max(statistics.median(ratios), 0.1)
+        factors[rate] = max(statistics.median(ratios), 0.1)
     m0, mi, mp, mt = _nnls_relative(
         [
             [1.0, float(kind_of(p["kind"]).loads_dataset), p["persistent_bytes"] / 2**20, p["transient_bytes"] / 2**20]
@@ -140,11 +176,11 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
         ],
         [p["mem_mb"] for p in pre],
     )
-    coeffs: dict[str, Any] = {
-        "pretrain": base
-        | {"path_factor": factors, "m0_mb": m0, "m_dataset_mb": mi, "m_persistent": mp, "m_transient": mt}
-    }
+    return base | {"rate_factor": factors, "m0_mb": m0, "m_dataset_mb": mi, "m_persistent": mp, "m_transient": mt}
 
+
+def _fit_transfer_fits(data: Path) -> dict:
+    """Each measured method's seconds a fit, a step, a training and an evaluation operation (transfer_fits.tsv)."""
     fits_rows = _fit_lines(data)
     per_method = {}
     for method in measured_methods():
@@ -160,27 +196,22 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
             X.append(feats)
             y.append(max(r["cpu_seconds"], 1e-3))
         per_method[method] = dict(zip(FIT_TERMS, _nnls_relative(X, y)))
-    coeffs["transfer_fit"] = per_method
-    coeffs = _rounded(coeffs)
-    saved = set_coefficients(coeffs)  # the job model below predicts fits with the new coefficients
-    try:
-        X, y, mem = [], [], []
-        for r in read_table(data / "transfer.tsv"):
-            spec, transfer, methods, sizes, seeds = _tr_row(r)
-            fits_s, draws, gl, _ = transfer_parts(spec, transfer, methods, sizes, seeds)
-            X.append([1.0, fits_s, draws, float(gl)])
-            y.append(float(r["user_s"]) + float(r["sys_s"]))
-            mem.append(
-                (
-                    transfer_mem_features(describe_transfer(spec, transfer, methods, sizes, seeds), methods),
-                    float(r["max_rss_mb"]),
-                )
-            )
-        j0, j1, jd, jgl = _nnls_relative(X, y) if X else (0.0, 1.0, 0.0, 0.0)
-        t0, tx, tz, tsk, tgl, tnet = _nnls_relative([b for b, _ in mem], [v for _, v in mem]) if mem else (0.0,) * 6
-    finally:
-        set_coefficients(saved)
-    coeffs["transfer_job"] = {
+    return per_method
+
+
+def _fit_transfer_jobs(data: Path) -> dict:
+    """A transfer job's constants over its fits (with the fitted per-fit model) and its memory (transfer.tsv)."""
+    X, y, mem = [], [], []
+    for r in read_table(data / "transfer.tsv"):
+        spec, transfer, methods, sizes, seeds = _tr_row(r)
+        fits_s, draws, gl, _ = transfer_parts(spec, transfer, methods, sizes, seeds)
+        X.append([1.0, fits_s, draws, float(gl)])
+        y.append(float(r["user_s"]) + float(r["sys_s"]))
+        features = transfer_mem_features(describe_transfer(spec, transfer, methods, sizes, seeds), methods)
+        mem.append((features, float(r["max_rss_mb"])))
+    j0, j1, jd, jgl = _nnls_relative(X, y) if X else (0.0, 1.0, 0.0, 0.0)
+    t0, tx, tz, tsk, tgl, tnet = _nnls_relative([b for b, _ in mem], [v for _, v in mem]) if mem else (0.0,) * 6
+    return {
         "j0_s": j0,
         "j1": j1,
         "s_per_draw": jd,
@@ -192,7 +223,6 @@ def fit(data: Path = DEFAULT_DATA) -> dict:
         "m_group_lasso_mb": tgl,
         "m_nets_mb": tnet,
     }
-    return _rounded(coeffs)
 
 
 def _rounded(obj):

@@ -19,6 +19,24 @@ from .work import (
     with_defaults,
 )
 
+__all__ = [
+    "COEFFS_PATH",
+    "FIT_TERMS",
+    "GPU_ASSUMPTIONS",
+    "GPU_NOTE",
+    "GPU_TIME_MARGIN",
+    "MEM_FLOOR_MB",
+    "MEM_MARGIN",
+    "TIME_FLOOR_MIN",
+    "TIME_MARGIN",
+    "Cost",
+    "coefficients",
+    "fit_seconds",
+    "pretrain_cost",
+    "set_coefficients",
+    "transfer_cost",
+]
+
 COEFFS_PATH = Path(__file__).with_name("costs.yaml")
 
 # Safety margins of a request over the model's prediction (the fitted scatter: see tests/unit/test_costs.py).
@@ -96,7 +114,7 @@ def _thread_speedup(threads: int, parallel: int) -> float:
 
 def pretrain_cpu_s(f: dict, c: dict) -> float:
     p = c["pretrain"]
-    factor = p["path_factor"].get(f["path"], 1.0)  # one factor, or the path's own for its flops and its draws
+    factor = p["rate_factor"].get(f["rate"], 1.0)  # one factor, or the rate's own for its flops and its draws
     on_flops, on_draws = (factor["flops"], factor["draws"]) if isinstance(factor, dict) else (factor, factor)
     return p["c0_s"] + on_flops * p["s_per_flop"][f["dtype"]] * f["flops"] + on_draws * p["s_per_draw"] * f["draws"]
 

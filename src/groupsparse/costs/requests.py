@@ -16,6 +16,17 @@ from .model import (
     transfer_cost,
 )
 
+__all__ = [
+    "DEFAULT_MEM_LIMIT_MB",
+    "SMALL_JOBS",
+    "check_memory",
+    "estimate_study",
+    "pretrain_request",
+    "request",
+    "run_key",
+    "transfer_request",
+]
+
 # -- requests for the scheduler ----------------------------------------------------------
 
 

@@ -9,9 +9,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..config.schema import schema_defaults
-from ..model import dispatch, kernel_flops
+from ..config.specs import step_size
+from ..model import dispatch
 from ..transfer import methods as registry  # torch-free: each method module declares its work
 from ..transfer.spec import TransferSpec
+
+__all__ = [
+    "DTYPE_BYTES",
+    "Fit",
+    "coefficients_of",
+    "describe_pretrain",
+    "describe_transfer",
+    "fit_work",
+    "measured_methods",
+    "record_count",
+    "transfer_fits",
+]
 
 DTYPE_BYTES = {"float32": 4, "float64": 8}
 _TOP, _TASK, _MODEL, _PRETRAIN = (schema_defaults(part) for part in (None, "task", "model", "pretrain"))
@@ -70,46 +83,31 @@ def token_width(model: dict, d: int, D: int) -> int:
     return d + D if model.get("positions", _MODEL["positions"]) == "concat" else d
 
 
-def _path(spec: dict) -> str:
-    """The cost model's path of a run (``costs/costs.yaml`` is fitted per path): the implementation
-    ``dispatch.plan`` chooses, the general closed form split by its sampling (i.i.d. batches have no
-    mirror half to fold), and population mode from the subspace's coefficients (``population_loops``:
-    its step never forms W, so it has a work count of its own)."""
-    plan = dispatch.plan(spec)
-    kernel = plan.kernel
-    if plan.from_coefficients:
-        return "population_loops"
-    if kernel.startswith("general"):
-        sampling = spec.get("pretrain", {}).get("sampling", _PRETRAIN["sampling"])
-        return "antithetic" if sampling == "antithetic" else "iid"
-    return kernel
-
-
-def pretrain_flops(path: str, S: int, L: int, d: int, D: int, m: int, T: int, B: int, R: int, E: int) -> int:
-    """FLOPs of a pretraining job: S seeds x T steps of batch B, R records of E evaluation samples.
-    The dense formula per sample (L D m (m + D), 4 per training sample, 2 per evaluated one), except
-    on the symmetric paths: the kernel's own count (``symmetric_loops``: the per-sample loops) and the
-    symmetric forward's per evaluated sample; population mode's loops (``population_loops``) by their
-    own count per step, evaluated as the symmetric paths."""
-    if path.startswith("symmetric") or path == "population_loops":
-        forward = kernel_flops.symmetric_torch_phases(2, D, d, 4)
-        per_eval = forward["scores"][0] + forward["softmax"][0]
-        if path == "population_loops":
-            per_step = kernel_flops.population_loops_flops(B, D, d)
-        else:
-            per_step = kernel_flops.symmetric_flops(B, D, d, path == "symmetric_loops")
-        return S * (T * per_step + R * E * per_eval)
-    return S * L * D * m * (m + D) * (4 * T * B + 2 * R * E)
+def pretrain_work(
+    plan: dispatch.Plan, S: int, L: int, d: int, D: int, m: int, T: int, B: int, R: int, E: int, antithetic: bool
+) -> dict:
+    """FLOPs and draws of a pretraining job (S seeds x T steps of batch B, R records of E evaluation samples)
+    by the dispatch's FLOP model of its plan, and the machine rate its step runs at (``Plan.rate``): the
+    evaluations are counted at that rate too. Antithetic batches draw half their samples."""
+    per_step = dispatch.step_flops(plan, B, D, d, m, L, antithetic)
+    per_eval = dispatch.eval_flops(plan, D, d, m, L)
+    return {
+        "rate": plan.rate,
+        "flops": S * (T * per_step + R * E * per_eval),
+        "draws": S * T * B * D * d,
+    }
 
 
 def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     """The features of one pretraining job (a RunSpec dict, ``seeds`` seeds in the job)."""
-    path = _path(spec)  # from the spec as given: dispatch.plan reads it as a job would
+    plan = dispatch.plan(spec)  # from the spec as given: dispatch.plan reads it as a job would
     spec = with_defaults(spec)
     t, p, model = spec["task"], spec["pretrain"], spec["model"]
     d, D = t["d"], t["D"]
     m, L = token_width(model, d, D), model["layers"]
+    antithetic = p["sampling"] == "antithetic"
     R = record_count(p["steps"], p["record_every"], p["attention_checkpoints"])
+    eta = step_size(p["eta"], p["eta_D_limit"], D)
     return {
         "job": "pretrain",
         "kind": t["kind"],
@@ -119,13 +117,16 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
         "layers": L,
         "seeds": seeds,
         "steps": p["steps"],
+        "eta": eta,
+        "flow_time": eta * p["steps"],  # tau = eta x steps: a solver in flow time is priced by it
         "batch": p["batch"],
         "eval_size": p["eval_size"],
         "records": R,
         "dtype": spec["dtype"],
-        "path": path,
-        "flops": pretrain_flops(path, seeds, L, d, D, m, p["steps"], p["batch"], R, p["eval_size"]),
-        "draws": seeds * p["steps"] * p["batch"] * D * d,
+        "kernel": plan.kernel,
+        "projected": plan.projected,
+        "sampling": p["sampling"],
+        **pretrain_work(plan, seeds, L, d, D, m, p["steps"], p["batch"], R, p["eval_size"], antithetic),
         "python_steps": p["steps"] + R,
         **pretrain_bytes(
             seeds,
@@ -137,18 +138,18 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
             d,
             D,
             m,
-            path,
+            not plan.closed_form,  # autograd: every seed at once
         ),
     }
 
 
 def pretrain_bytes(
-    S: int, threads: int, L: int, nbytes: int, B: int, E: int, d: int, D: int, m: int, path: str
+    S: int, threads: int, L: int, nbytes: int, B: int, E: int, d: int, D: int, m: int, autograd: bool
 ) -> dict:
     """Bytes alive at once: per seed the evaluation set and its features and the step's batch
     (``persistent``), plus one step's temporaries for the seeds computed at the same time
-    (``transient``: min(S, threads) for the per-seed fast kernel, all S under autograd)."""
-    at_once = S if path == "autograd" else max(1, min(S, threads))
+    (``transient``: min(S, threads) for the per-seed fast kernel, all S under ``autograd``)."""
+    at_once = S if autograd else max(1, min(S, threads))
     return {
         "persistent_bytes": S * nbytes * (E * D * (m + D) + B * D * d),
         "transient_bytes": at_once * L * nbytes * B * D * (m + D),

@@ -32,6 +32,17 @@ from dataclasses import dataclass, replace
 SYMMETRIC_MIN_D = 24
 
 KERNELS = ("autograd", "general", "general_fused", "symmetric", "symmetric_loops")
+# The machine rate each kernel's FLOPs run at (the cost model measures one per rate, costs.yaml; the FLOPs
+# are ``step_flops``): torch's matrix products and fused elementwise passes, autograd's model, the
+# symmetric kernel's small batched torch products, numba's per-sample loops; population mode from the
+# subspace's coefficients runs its own loops ("subspace").
+RATES = {
+    "autograd": "autograd",
+    "general": "gemm",
+    "general_fused": "gemm",
+    "symmetric": "torch",
+    "symmetric_loops": "loops",
+}
 FORWARDS = {
     "autograd": "autograd",
     "general": "general",
@@ -64,6 +75,11 @@ class Plan:
         return self.kernel != "autograd"
 
     @property
+    def rate(self) -> str:
+        """The machine rate its step's FLOPs run at (``RATES``)."""
+        return "subspace" if self.from_coefficients else RATES[self.kernel]
+
+    @property
     def from_coefficients(self) -> bool:
         """Population mode on the symmetric loops: a step goes from the subspace's coefficients to their
         gradient without W (``population_loops``; :func:`coefficient_steps`)."""
@@ -87,6 +103,33 @@ def plan(spec, symmetric_min_D: int = SYMMETRIC_MIN_D, kernel: str | None = None
     if kernel.startswith("symmetric") and not _on_subspace(spec):
         raise ValueError(f"kernel {kernel!r} needs antithetic batches from the zero start")
     return forced
+
+
+def step_flops(plan: Plan, B: int, D: int, d: int, m: int, layers: int = 1, antithetic: bool = True) -> int:
+    """FLOPs of one seed's step of batch B by the plan's kernel, as the cost model prices them at the plan's
+    ``rate``: the general closed forms by the dense formula of the batch (the count the benchmarks quote
+    their speed against; an i.i.d. batch, with no mirror half to fold, counts twice), every other kernel
+    by its own model (``kernel_flops``). m the token width, ``antithetic`` the batches' sampling."""
+    from . import kernel_flops as kf
+
+    if plan.from_coefficients:
+        return kf.population_loops_flops(B, D, d)
+    if plan.kernel == "autograd":
+        return kf.dense_flops(B, D, d, m, layers)
+    if plan.kernel.startswith("symmetric"):
+        return kf.symmetric_flops(B, D, d, loops=plan.kernel == "symmetric_loops")
+    return kf.dense_flops(B if antithetic else 2 * B, D, d, m, layers)  # the fold: about half the work
+
+
+def eval_flops(plan: Plan, D: int, d: int, m: int, layers: int = 1) -> int:
+    """FLOPs of one evaluated sample by the plan's forward: the symmetric forward's scores and softmax, or
+    the dense formula's forward half."""
+    from . import kernel_flops as kf
+
+    if plan.forward == "symmetric":
+        phases = kf.symmetric_torch_phases(2, D, d, 4)  # one sample
+        return phases["scores"][0] + phases["softmax"][0]
+    return kf.dense_flops(1, D, d, m, layers) // 2
 
 
 def _on_subspace(spec) -> bool:

@@ -23,9 +23,8 @@ Same numbers as ``model.loss_and_grads_closed_form`` (up to rounding), computed 
 - Which of these a run takes (and when ``symmetric.py``'s kernel replaces them on the symmetric
   subspace at large D) is decided in one place, ``dispatch.plan``.
 
-FLOP count of the dense formula (what the benchmark reports, per seed and step, counting
-a multiply-add as 2): scores Z W (2 B D m^2) and (Z W) Z^T (2 B D^2 m), W-gradient
-G Z (2 B D^2 m) and Z^T (G Z) (2 B D m^2): 4 B D m (m + D), m = d + D.
+FLOP models (the dense formula's count and what this kernel executes): ``kernel_flops.dense_flops``
+and ``kernel_flops.general_flops``, torch-free for the cost model.
 """
 
 from __future__ import annotations
@@ -39,24 +38,6 @@ from .cpu import denormals_flushed, numpy_blas_one_thread
 
 LOG2E = 1.4426950408889634
 _fused_workspace = threading.local()  # see _fused_buffers
-
-
-def dense_flops(B: int, D: int, d: int) -> int:
-    """GEMM FLOPs of one seed's step by the dense formula (see the module docstring)."""
-    m = d + D
-    return 4 * B * D * m * (m + D)
-
-
-def kernel_flops(B: int, D: int, d: int, antithetic: bool = True) -> int:
-    """A FLOP model of what ``seed_loss_and_grads`` executes for one seed and step (elementwise ops counted).
-
-    Per sample of the H = B/2 (antithetic) or B it is given: the two GEMMs with X,
-    2 d D (d + 2D + 1) and 2 d D (d + D + 1); the quadratic block, its gradient T and V,
-    2 d D^2 each; about 16 elementwise passes over the (M, D, D) scores, M = 2 mirror halves
-    with ``antithetic`` (softmax, values, dL/dA). The dense formula's count is ``dense_flops``.
-    """
-    H, M = (B // 2, 2) if antithetic else (B, 1)
-    return H * (2 * d * D * (2 * d + 3 * D + 2) + 6 * d * D * D + 16 * M * D * D)
 
 
 def batch_inner(X: torch.Tensor) -> torch.Tensor:
@@ -153,29 +134,57 @@ def fused_loss_and_grads(W, v, X, y, P, scale: float, antithetic: bool):
     The two matrix products run in numpy's BLAS (OpenBLAS, one thread a call, as torch's): with an
     inner dimension of d it computes R in 75 us where torch's MKL takes 128 (d = D = 10, B = 2048).
     """
-    from . import fused  # numba: imported (and compiled, then cached on disk) only where used
-
-    d, D, H = X.shape
-    buf, arr = _fused_buffers(d, D, H, 2 if antithetic else 1)
-    Xa, Pa = X.contiguous().numpy(), P.contiguous().numpy()
-    Xf = Xa.reshape(d, D * H)
+    step = FusedStep(W, v, X, P, scale, antithetic)
     with denormals_flushed(), np.errstate(all="ignore"):  # a diverged seed's inf and nan are recorded, not warned
-        fused.prologue(W.contiguous().numpy(), v.contiguous().numpy(), Pa, scale * LOG2E, *_get(arr, "WcatT C pv"))
-        np.matmul(arr["WcatT"], Xf, out=arr["R"])
-        R = arr["R"].reshape(d + 2 * D + 1, D, H)
-        fused.scores(R, Xa, arr["C"], arr["attn"])
-        buf["attn"].exp2_()  # torch's vectorised exp2 (numba's calls libm value by value)
-        fused.normalise(arr["attn"], R[-1], *_get(arr, "pv u r ubar f"))
-        loss, g = _loss_and_slope(buf["f"], y, antithetic)
-        fused.gradient_rows(*_get(arr, "attn u ubar r"), g.numpy(), Xa, *_get(arr, "K even_gG even_gr"))
-        np.matmul(arr["K"].reshape(-1, D * H), Xf.T, out=arr["KX"])
+        step.scores()
+        step.softmax()
+        return step.backward(y)
+
+
+class FusedStep:
+    """One seed's fused float32 step in its three phases, in this order (the benchmark times them apart):
+    the scores, the softmax over keys, the backward pass to the loss and gradients."""
+
+    def __init__(self, W, v, X, P, scale: float, antithetic: bool):
+        from . import fused  # numba: imported (and compiled, then cached on disk) only where used
+
+        self.fused, self.W, self.v, self.scale, self.antithetic = fused, W, v, scale, antithetic
+        self.d, self.D, self.H = X.shape
+        self.buf, self.arr = _fused_buffers(self.d, self.D, self.H, 2 if antithetic else 1)
+        self.Xa, self.Pa = X.contiguous().numpy(), P.contiguous().numpy()
+        self.Xf = self.Xa.reshape(self.d, self.D * self.H)
+        self.dtype = X.dtype
+
+    def scores(self) -> None:
+        """The constant blocks, R = [Wcat] X (one product) and the scores (base 2)."""
+        arr, d, D, H = self.arr, self.d, self.D, self.H
+        W, v = self.W.contiguous().numpy(), self.v.contiguous().numpy()
+        self.fused.prologue(W, v, self.Pa, self.scale * LOG2E, *_get(arr, "WcatT C pv"))
+        np.matmul(arr["WcatT"], self.Xf, out=arr["R"])
+        self.R = arr["R"].reshape(d + 2 * D + 1, D, H)
+        self.fused.scores(self.R, self.Xa, arr["C"], arr["attn"])
+
+    def softmax(self) -> None:
+        """2^scores in place, normalised over keys, with the values and outputs f."""
+        self.buf["attn"].exp2_()  # torch's vectorised exp2 (numba's calls libm value by value)
+        self.fused.normalise(self.arr["attn"], self.R[-1], *_get(self.arr, "pv u r ubar f"))
+
+    def backward(self, y):
+        """The mean loss and dL/dW (m, m), dL/dv (m,) on labels y (H,)."""
+        arr, buf, d, D, H = self.arr, self.buf, self.d, self.D, self.H
+        loss, g = _loss_and_slope(buf["f"], y, self.antithetic)
+        self.fused.gradient_rows(*_get(arr, "attn u ubar r"), g.numpy(), self.Xa, *_get(arr, "K even_gG even_gr"))
+        np.matmul(arr["K"].reshape(-1, D * H), self.Xf.T, out=arr["KX"])
         torch.sum(buf["even_gG"], -1, out=buf["pp"])
         torch.sum(buf["even_gr"], -1, out=buf["pvsum"])
-        if not antithetic:
+        if not self.antithetic:
             torch.sum(buf["K"][:d], -1, out=buf["Tsum"])
-        gW, gv = torch.empty(d + D, d + D, dtype=X.dtype), torch.empty(d + D, dtype=X.dtype)  # returned: fresh
-        fused.epilogue(*_get(arr, "KX Tsum pp pvsum"), Pa, scale, antithetic, gW.numpy(), gv.numpy())
-    return loss, gW, gv
+        m = d + D
+        gW, gv = torch.empty(m, m, dtype=self.dtype), torch.empty(m, dtype=self.dtype)  # returned: fresh
+        self.fused.epilogue(
+            *_get(arr, "KX Tsum pp pvsum"), self.Pa, self.scale, self.antithetic, gW.numpy(), gv.numpy()
+        )
+        return loss, gW, gv
 
 
 def _get(arrays: dict, names: str) -> list:

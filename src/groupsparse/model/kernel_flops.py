@@ -1,6 +1,28 @@
-"""FLOP models of the fast kernels, torch-free: the cost model (``costs``) counts with them too."""
+"""FLOP models of the kernels, torch-free: ``dispatch.step_flops`` gives a plan's, which the cost model
+(``costs``) and the benchmarks count with."""
 
 from __future__ import annotations
+
+
+def dense_flops(B: int, D: int, d: int, m: int | None = None, layers: int = 1) -> int:
+    """GEMM FLOPs of one seed's step by the dense formula, counting a multiply-add as 2: scores Z W
+    (2 B D m^2) and (Z W) Z^T (2 B D^2 m), W-gradient G Z (2 B D^2 m) and Z^T (G Z) (2 B D m^2):
+    4 B D m (m + D) a layer, m = d + D with concatenated positions (``m``: the token width)."""
+    m = d + D if m is None else m
+    return 4 * B * layers * D * m * (m + D)
+
+
+def general_flops(B: int, D: int, d: int, antithetic: bool = True) -> int:
+    """What ``fastpath.seed_loss_and_grads`` (and its fused form) executes for one seed and step,
+    elementwise operations counted.
+
+    Per sample of the H = B/2 (antithetic) or B it is given: the two GEMMs with X,
+    2 d D (d + 2D + 1) and 2 d D (d + D + 1); the quadratic block, its gradient T and V,
+    2 d D^2 each; about 16 elementwise passes over the (M, D, D) scores, M = 2 mirror halves
+    with ``antithetic`` (softmax, values, dL/dA).
+    """
+    H, M = (B // 2, 2) if antithetic else (B, 1)
+    return H * (2 * d * D * (2 * d + 3 * D + 2) + 6 * d * D * D + 16 * M * D * D)
 
 
 def symmetric_flops(B: int, D: int, d: int, loops: bool = False) -> int:

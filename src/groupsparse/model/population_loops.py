@@ -14,7 +14,7 @@ at a time) without its products with X ([Ws; v1] X, the gradient rows T^T = X^T 
 (no horizontal sum a row; its time beside the loops' is not yet measured). Nothing with P runs in a
 step: the four D x D products of the general route (``population.build`` and ``population.project``)
 and the building of W and v are skipped; W and v are built only when a recording or a resume state
-reads them (``training.descent.Parameters``).
+reads them (``training.steps.Steps.parameters``).
 
 In exact arithmetic this is the general route's step; in float32 the constant block is C rounded once
 (not P (P C P) P^T at each product), and the per-sample sums are added in float64:
@@ -23,8 +23,6 @@ kernel (3e-6 of the gradient; along a 60-step run, 2e-6 of the coefficients).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
@@ -39,40 +37,59 @@ BLOCK = symmetric_loops.BLOCK
 
 
 @njit(**symmetric_loops.FMA, inline="always")
-def _gram4(K, Xs, i):
-    """Rows i..i+3 of the Gram matrix K = X^T X of one sample (Xs (d, D), rows per feature) in one set of
-    passes over Xs's rows, coefficients in registers: single rows until the rest is a multiple of four."""
-    k0, k1, k2, k3 = K[i], K[i + 1], K[i + 2], K[i + 3]
-    d, n = Xs.shape[0], K.shape[1]
-    for j in range(n):
-        k0[j] = 0.0
-        k1[j] = 0.0
-        k2[j] = 0.0
-        k3[j] = 0.0
-    k = 0
-    while k < d and (d - k) % 4 != 0:
-        g = Xs[k]
-        x0, x1, x2, x3 = g[i], g[i + 1], g[i + 2], g[i + 3]
-        for j in range(n):
-            gj = g[j]
-            k0[j] += x0 * gj
-            k1[j] += x1 * gj
-            k2[j] += x2 * gj
-            k3[j] += x3 * gj
-        k += 1
-    while k < d:
-        g0, g1, g2, g3 = Xs[k], Xs[k + 1], Xs[k + 2], Xs[k + 3]
-        p0, p1, p2, p3 = g0[i], g1[i], g2[i], g3[i]
-        q0, q1, q2, q3 = g0[i + 1], g1[i + 1], g2[i + 1], g3[i + 1]
-        r0, r1, r2, r3 = g0[i + 2], g1[i + 2], g2[i + 2], g3[i + 2]
-        s0, s1, s2, s3 = g0[i + 3], g1[i + 3], g2[i + 3], g3[i + 3]
-        for j in range(n):
-            y0, y1, y2, y3 = g0[j], g1[j], g2[j], g3[j]
-            k0[j] += ((p0 * y0 + p1 * y1) + p2 * y2) + p3 * y3
-            k1[j] += ((q0 * y0 + q1 * y1) + q2 * y2) + q3 * y3
-            k2[j] += ((r0 * y0 + r1 * y1) + r2 * y2) + r3 * y3
-            k3[j] += ((s0 * y0 + s1 * y1) + s2 * y2) + s3 * y3
-        k += 4
+def gram(K, zero, Xs):
+    """The Gram matrix K = X^T X of one sample (Xs (d, D), rows per feature): four rows a pass
+    (``symmetric_loops.rows4`` from ``zero``), the last D mod 4 one at a time."""
+    d, D = Xs.shape
+    quads = D - D % 4
+    for i in range(0, quads, 4):
+        symmetric_loops.rows4(K, zero, Xs, Xs, i)
+    for i in range(quads, D):
+        kr = K[i]
+        for j in range(D):
+            kr[j] = 0.0
+        for k in range(d):
+            xk, c = Xs[k], Xs[k, i]
+            for j in range(D):
+                kr[j] += c * xk[j]
+
+
+@njit(**symmetric_loops.FMA, inline="always")
+def scores_and_top(A, CT, K, w, bw, a, top):
+    """A sample's scores CT + a K + b w w^T (bw = b w) and their maximum over keys i into top."""
+    D = A.shape[0]
+    for j in range(D):
+        top[j] = -np.inf
+    for i in range(D):
+        a_i, c_i, k_i, bwi = A[i], CT[i], K[i], bw[i]
+        for j in range(D):
+            sc = (c_i[j] + a * k_i[j]) + bwi * w[j]
+            a_i[j] = sc
+            top[j] = sc if sc > top[j] else top[j]
+
+
+@njit(**symmetric_loops.FMA, inline="always")
+def gradient_sums(A, ppT, K, w, gamma, z, ubar, g, gz, gub, kacc, wacc):
+    """dL/dA = E_ij (u_i g z_j - g ubar_j z_j), u = gamma w, from E (in A): summed into ppT, and its sums
+    with K and with w w^T, accumulated by query (no horizontal sum a row): returns (<dL/dA, K>, w^T dL/dA w)."""
+    D = A.shape[0]
+    for j in range(D):
+        gz[j] = g * z[j]
+        gub[j] = gz[j] * ubar[j]
+        kacc[j] = 0.0
+        wacc[j] = 0.0
+    for i in range(D):
+        a_i, p, k_i, ui, wi = A[i], ppT[i], K[i], gamma * w[i], w[i]
+        for j in range(D):
+            da = a_i[j] * (ui * gz[j] - gub[j])
+            p[j] += da
+            kacc[j] += da * k_i[j]
+            wacc[j] += wi * da
+    tk, tw = np.float32(0.0), np.float32(0.0)
+    for j in range(D):  # D sums of D terms each, in order over keys
+        tk += kacc[j]
+        tw += wacc[j] * w[j]
+    return tk, tw
 
 
 @njit(**symmetric_loops.FMA)
@@ -100,15 +117,12 @@ def loss_and_sums(X, v_star, CT, a, b, gamma, y, ppT, sums):
     Xf = Xb.reshape((d, BLOCK * D))
     Xs = np.empty((d, D), np.float32)
     w = np.empty(D, np.float32)
+    zero = np.zeros((D, D), np.float32)  # K = 0 + X^T X
     for bs in range(H):
         t = bs % BLOCK
         if t == 0:
             nb = min(BLOCK, H - bs)
-            for k in range(d):
-                for i in range(D):
-                    src = X[k, i, bs : bs + nb]
-                    for s in range(nb):
-                        Xb[k, s, i] = src[s]
+            symmetric_loops.gather_block(Xb, X, bs, nb)
             symmetric_loops.combine(wb[0], Xf, v_star, False)
         for k in range(d):
             xs, xb = Xs[k], Xb[k, t]
@@ -117,59 +131,18 @@ def loss_and_sums(X, v_star, CT, a, b, gamma, y, ppT, sums):
         for j in range(D):
             w[j] = wb[0, t * D + j]
             bw[j] = b * w[j]
-            top[j] = -np.inf
-        quads = D - D % 4
-        for i in range(0, quads, 4):
-            _gram4(K, Xs, i)
-        for i in range(quads, D):  # the last D mod 4 keys, one at a time
-            kr = K[i]
-            for j in range(D):
-                kr[j] = 0.0
-            for k in range(d):
-                xk, c = Xs[k], Xs[k, i]
-                for j in range(D):
-                    kr[j] += c * xk[j]
-        for i in range(D):  # the scores and their maximum over keys i
-            a_i, c_i, k_i, bwi = A[i], CT[i], K[i], bw[i]
-            for j in range(D):
-                sc = (c_i[j] + a * k_i[j]) + bwi * w[j]
-                a_i[j] = sc
-                top[j] = sc if sc > top[j] else top[j]
-        for j in range(D):
-            z[j] = 0.0
-            ew[j] = 0.0
-        for i in range(D):  # softmax over keys as in symmetric_loops: E, its sums z and sum_i w_i E_ij
-            a_i, wi = A[i], w[i]
-            for j in range(D):
-                e = symmetric_loops.exp2(a_i[j] - top[j])
-                a_i[j] = e
-                z[j] += e
-                ew[j] += wi * e
+        gram(K, zero, Xs)
+        scores_and_top(A, CT, K, w, bw, a, top)
+        symmetric_loops.softmax_columns(A, top, z, ew, w)  # E, its sums z and sum_i w_i E_ij
         f, gv_s = np.float32(0.0), np.float32(0.0)
         for j in range(D):
             z[j] = np.float32(1.0) / z[j]
             ubar[j] = gamma * (ew[j] * z[j])  # sum_i S_ij u_i, u = gamma w
             f += ubar[j]
             gv_s += ew[j] * z[j]  # sum_i r_i w_i: r_i = sum_j S_ij, the mass key i receives
-        nm = -y[bs] * f
-        loss += (nm if nm > 0 else 0.0) + math.log1p(math.exp(-abs(nm)))
-        g = np.float32(-y[bs] / H / (1.0 + math.exp(-nm)))
-        for j in range(D):
-            gz[j] = g * z[j]
-            gub[j] = gz[j] * ubar[j]
-            kacc[j] = 0.0
-            wacc[j] = 0.0
-        for i in range(D):  # dL/dA = E_ij (u_i g z_j - g ubar_j z_j): its sum, and (by query) its products with K, w
-            a_i, p, k_i, ui, wi = A[i], ppT[i], K[i], gamma * w[i], w[i]
-            for j in range(D):
-                da = a_i[j] * (ui * gz[j] - gub[j])
-                p[j] += da
-                kacc[j] += da * k_i[j]
-                wacc[j] += wi * da
-        tk, tw = np.float32(0.0), np.float32(0.0)
-        for j in range(D):  # D sums of D terms each, in order over keys: no horizontal sum a row
-            tk += kacc[j]
-            tw += wacc[j] * w[j]
+        term, g = symmetric_loops.logistic(y[bs], f, H)
+        loss += term
+        tk, tw = gradient_sums(A, ppT, K, w, gamma, z, ubar, g, gz, gub, kacc, wacc)
         along += tw
         trace += tk
         gv += g * gv_s

@@ -20,7 +20,7 @@ alone or among others, so batched seeds give the bits of single-seed runs.
 
 float32 on a CPU takes another form of the same step (``loops=True``, ``symmetric_loops.py``): one
 numba loop per sample whose (D, D) block never leaves the L1 cache, the products with X inside it a
-block of samples at a time (its FLOPs: ``loops_phase_costs``); benchmarks/README.md gives its speed
+block of samples at a time (its FLOPs: ``kernel_flops.symmetric_loops_phases``); benchmarks/README.md gives its speed
 beside this module's torch form (``python benchmarks/bench.py``, the ``large D kernel`` rows). Which
 form a run takes: ``dispatch.plan``.
 
@@ -29,7 +29,7 @@ what the kernel executes: Q = X Wff and u = X v1 2 D d (d + 1), scores 2 d D^2, 
 D^2, softmax 5 D^2 (max, subtract, exp, sum, divide); backward: u X d D, the one product with S
 2 (2d + 1) D^2 (twice the gradient rows' 2 d D^2: it trades FLOPs for the passes over dL/dA that
 it saves), the gradient rows 3 d D, the Wff gradient 2 D d^2, the v1 gradient 2 d D, the sum
-of dL/dA 3 D^2: ``flops``, by phase ``phase_costs``.
+of dL/dA 3 D^2: ``kernel_flops.symmetric_flops``, by phase ``kernel_flops.symmetric_torch_phases``.
 """
 
 from __future__ import annotations
@@ -39,18 +39,7 @@ import threading
 
 import torch
 
-from .kernel_flops import symmetric_flops as flops
-from .kernel_flops import symmetric_loops_phases as loops_phase_costs
-from .kernel_flops import symmetric_torch_phases as phase_costs
-
-__all__ = ["flops", "loops_phase_costs", "phase_costs"]  # re-exported: the FLOP models live torch-free
-
 _LOG2E = 1.0 / math.log(2.0)
-
-
-def on_subspace(W: torch.Tensor, v: torch.Tensor, d: int) -> bool:
-    """True when v2 and W's cross blocks are exactly 0 (one seed: W (m, m), v (m,))."""
-    return not (bool(W[:d, d:].any()) or bool(W[d:, :d].any()) or bool(v[d:].any()))
 
 
 def scores(W, v, Xi, P, scale: float):

@@ -68,15 +68,6 @@ def exp2(x):
     return e * _as_float32((np.int32(n) + np.int32(127)) << 23)
 
 
-@njit(**FMA)
-def exp2_shifted(x):
-    """2^x of a float32 array with x <= 0, as the loops compute it (for tests)."""
-    out = np.empty_like(x)
-    for j in range(x.shape[0]):
-        out[j] = exp2(x[j])
-    return out
-
-
 @njit(**dict(JIT, fastmath={"contract", "reassoc"}))
 def row_dot(row, z, n):
     """sum of row[:n] z[:n], vectorised (reassociated)."""
@@ -148,12 +139,12 @@ def _combine2(out0, out1, rows, coef0, coef1):
 
 
 @njit(**FMA, inline="always")
-def _scores4(A, CT, G, Xs, i, top):
-    """Scores of keys i..i+3 (rows of A) in one set of passes over G's d rows, coefficients in
-    registers: the constant block plus single rows until the rest is a multiple of four, then fours;
-    their maximum over keys into top."""
+def rows4(A, C, G, Xs, i):
+    """Rows i..i+3 of A = C + Xs^T G (A, C (D, D); G, Xs (d, D)) in one set of passes over G's d rows,
+    coefficients in registers: C plus single rows until the rest is a multiple of four, then fours. The
+    scores (G = [Ws] X, C the constant block) and population mode's Gram matrix (G = X, C = 0)."""
     a0, a1, a2, a3 = A[i], A[i + 1], A[i + 2], A[i + 3]
-    c0, c1, c2, c3 = CT[i], CT[i + 1], CT[i + 2], CT[i + 3]
+    c0, c1, c2, c3 = C[i], C[i + 1], C[i + 2], C[i + 3]
     d, n = G.shape[0], A.shape[1]
     k = 0
     if d % 4 == 0:
@@ -195,12 +186,115 @@ def _scores4(A, CT, G, Xs, i, top):
             a2[j] += ((r0 * y0 + r1 * y1) + r2 * y2) + r3 * y3
             a3[j] += ((s0 * y0 + s1 * y1) + s2 * y2) + s3 * y3
         k += 4
-    for j in range(n):
+
+
+@njit(**FMA, inline="always")
+def _scores4(A, CT, G, Xs, i, top):
+    """Scores of keys i..i+3 (rows of A, ``rows4``) and their maximum over keys into top."""
+    rows4(A, CT, G, Xs, i)
+    a0, a1, a2, a3 = A[i], A[i + 1], A[i + 2], A[i + 3]
+    for j in range(A.shape[1]):
         t = top[j]
         t = a0[j] if a0[j] > t else t
         t = a1[j] if a1[j] > t else t
         t = a2[j] if a2[j] > t else t
         top[j] = a3[j] if a3[j] > t else t
+
+
+@njit(**FMA, inline="always")
+def gather_block(Xb, X, b, nb):
+    """Samples b..b+nb of X (d, D, H), the draw's layout, into Xb (d, BLOCK, D) [feature, sample, group]."""
+    d, D = X.shape[0], X.shape[1]
+    for k in range(d):
+        for i in range(D):
+            src = X[k, i, b : b + nb]
+            for s in range(nb):
+                Xb[k, s, i] = src[s]
+
+
+@njit(**FMA, inline="always")
+def softmax_columns(A, top, z, acc, weights):
+    """Over keys i (rows of A, scores): A <- E = 2^(A - top), z_j = sum_i E_ij and acc_j = sum_i weights_i
+    E_ij (the unnormalised softmax of each query's column and its weighted sum)."""
+    D = A.shape[1]
+    for j in range(D):
+        z[j] = 0.0
+        acc[j] = 0.0
+    for i in range(A.shape[0]):
+        a, wi = A[i], weights[i]
+        for j in range(D):
+            e = exp2(a[j] - top[j])
+            a[j] = e
+            z[j] += e
+            acc[j] += wi * e
+
+
+@njit(**FMA, inline="always")
+def logistic(yb, f, H):
+    """A sample's logistic loss at margin -yb f (float64) and its slope g / H (float32); the mirror half
+    of an antithetic batch has the same margin and slope."""
+    nm = -yb * f
+    return (nm if nm > 0 else 0.0) + math.log1p(math.exp(-abs(nm))), np.float32(-yb / H / (1.0 + math.exp(-nm)))
+
+
+@njit(**FMA, inline="always")
+def combine_each(out, rows, coefs):
+    """out[k] = sum_i coefs[k, i] rows[i] for every k: two outputs a pass over ``rows`` (``_combine2``), the
+    last of an odd number alone. G = [Ws; v1] X over a block of samples, T^T = X^T dL/dA of a sample."""
+    n = out.shape[0]
+    k = 0
+    while k + 1 < n:
+        _combine2(out[k], out[k + 1], rows, coefs[k], coefs[k + 1])
+        k += 2
+    if k < n:
+        combine(out[k], rows, coefs[k], False)
+
+
+@njit(**FMA, inline="always")
+def scores_and_top(A, CT, G, Xs, top, xi):
+    """A sample's scores A[i, j] = CT[i, j] + x_i^T Wff x_j (base 2; G = Ws X, its rows) and their maximum
+    over keys i into top: four keys a pass, the last D mod 4 one at a time (xi: a key's features)."""
+    d, D = Xs.shape
+    for j in range(D):
+        top[j] = -np.inf
+    quads = D - D % 4
+    for i in range(0, quads, 4):
+        _scores4(A, CT, G, Xs, i, top)
+    for i in range(quads, D):
+        a, c = A[i], CT[i]
+        for k in range(d):
+            xi[k] = Xs[k, i]
+        for j in range(D):
+            a[j] = c[j]
+        combine(a, G, xi, True)
+        for j in range(D):
+            top[j] = a[j] if a[j] > top[j] else top[j]
+
+
+@njit(**FMA, inline="always")
+def gradient_rows(A, ppT, u, z, ubar, g, gz, gub, r, T, Xs, sk, gv1):
+    """The backward pass of one sample from E (in A), its column sums' inverses z and ubar: dL/dA = g S o
+    (u_i - ubar_j) = E_ij (u_i g z_j - g ubar_j z_j) into A and summed into ppT; T^T = X^T dL/dA (rows over
+    queries) into T; the v1 gradient g sum_i r_i x_i into gv1, r_i = sum_j S_ij the mass key i receives."""
+    d, D = Xs.shape
+    for j in range(D):
+        gz[j] = g * z[j]
+        gub[j] = gz[j] * ubar[j]
+    for i in range(D):
+        a, p, ui = A[i], ppT[i], u[i]
+        r[i] = row_dot(a, z, D)
+        for j in range(D):
+            a[j] = a[j] * (ui * gz[j] - gub[j])
+            p[j] += a[j]
+    combine_each(T, A, Xs)
+    for k in range(d):  # d sums at once (each in order over i): not one chain of dependent adds
+        sk[k] = 0.0
+    for i in range(D):
+        ri = r[i]
+        for k in range(d):
+            sk[k] += ri * Xs[k, i]
+    for k in range(d):
+        gv1[k] += g * sk[k]
 
 
 @njit(**FMA)
@@ -239,17 +333,8 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
         t = b % BLOCK
         if t == 0:
             nb = min(BLOCK, H - b)
-            for k in range(d):
-                for i in range(D):
-                    src = X[k, i, b : b + nb]
-                    for s in range(nb):
-                        Xb[k, s, i] = src[s]
-            kk = 0  # G over the whole block (a last, shorter block's rows past nb are stale, never read)
-            while kk + 1 < d + 1:
-                _combine2(Gf[kk], Gf[kk + 1], Xf, Wv[kk], Wv[kk + 1])
-                kk += 2
-            if kk < d + 1:
-                combine(Gf[kk], Xf, Wv[kk], False)
+            gather_block(Xb, X, b, nb)
+            combine_each(Gf, Xf, Wv)  # G over the whole block (a last, shorter block's rows past nb: never read)
         for k in range(d):
             xs, xb, gs, gb = Xs[k], Xb[k, t], G[k], Gb[k, t]
             for j in range(D):
@@ -259,33 +344,10 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
         for j in range(D):
             gs[j] = gb[j]
         u = G[d]
-        # scores A[i, j] = CT[i, j] + x_i^T Wff x_j (base 2), and their maximum over keys i
-        for j in range(D):
-            top[j] = -np.inf
-        quads = D - D % 4
-        for i in range(0, quads, 4):
-            _scores4(A, CT, G[:d], Xs, i, top)
-        for i in range(quads, D):  # the last D mod 4 keys, one at a time
-            a, c = A[i], CT[i]
-            for k in range(d):
-                xi[k] = Xs[k, i]
-            for j in range(D):
-                a[j] = c[j]
-            combine(a, G[:d], xi, True)
-            for j in range(D):
-                top[j] = a[j] if a[j] > top[j] else top[j]
+        scores_and_top(A, CT, G[:d], Xs, top, xi)
         # softmax over keys i (a column operation): E = 2^(A - top) = 2^n 2^x with |x| <= 1/2, its sums
         # over keys z_j and the unnormalised values sum_i E_ij u_i; S = E / z is never written
-        for j in range(D):
-            z[j] = 0.0
-            ubar[j] = 0.0
-        for i in range(D):
-            a, ui = A[i], u[i]
-            for j in range(D):
-                e = exp2(a[j] - top[j])
-                a[j] = e
-                z[j] += e
-                ubar[j] += ui * e
+        softmax_columns(A, top, z, ubar, u)
         f = np.float32(0.0)
         for j in range(D):
             z[j] = _ONE / z[j]
@@ -293,34 +355,9 @@ def loss_and_rows(X, Wv, CT, y, gff, gv1, ppT):
             f += ubar[j]
         # the mirror half has outputs -f and labels -y: the same margin, so the mean over 2H samples is
         # the mean over H, and every gradient term has the slope g of H samples
-        nm = -y[b] * f
-        loss += (nm if nm > 0 else 0.0) + math.log1p(math.exp(-abs(nm)))
-        g = np.float32(-y[b] / H / (1.0 + math.exp(-nm)))
-        # dL/dA = g S o (u_i - ubar_j) = E_ij (u_i g z_j - g ubar_j z_j): summed over samples, and
-        # T^T = X^T dL/dA (rows over queries); r_i = sum_j S_ij = sum_j E_ij z_j, the mass key i receives
-        for j in range(D):
-            gz[j] = g * z[j]
-            gub[j] = gz[j] * ubar[j]
-        for i in range(D):
-            a, p, ui = A[i], ppT[i], u[i]
-            r[i] = row_dot(a, z, D)
-            for j in range(D):
-                a[j] = a[j] * (ui * gz[j] - gub[j])
-                p[j] += a[j]
-        k = 0
-        while k + 1 < d:
-            _combine2(T[k], T[k + 1], A, Xs[k], Xs[k + 1])
-            k += 2
-        if k < d:
-            combine(T[k], A, Xs[k], False)
-        for k in range(d):  # d sums at once (each in order over i): not one chain of dependent adds
-            sk[k] = 0.0
-        for i in range(D):
-            ri = r[i]
-            for k in range(d):
-                sk[k] += ri * Xs[k, i]
-        for k in range(d):
-            gv1[k] += g * sk[k]
+        term, g = logistic(y[b], f, H)
+        loss += term
+        gradient_rows(A, ppT, u, z, ubar, g, gz, gub, r, T, Xs, sk, gv1)
         for k in range(d):
             ts, tb = T[k], Tb[k, t]
             for j in range(D):

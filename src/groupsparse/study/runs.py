@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config.schema import check_study, fill_defaults, study_schema
-from ..config.specs import ConfigError, RunSpec, TaskSpec
+from ..config.specs import ConfigError, RunSpec, TaskSpec, step_size
 from ..transfer.methods import method_names
 from ..transfer.spec import DEFAULTS as TRANSFER_DEFAULTS
 from ..transfer.spec import GRID_KEYS, check_transfer
@@ -139,10 +139,9 @@ def _make_run(config: dict, name: str, entry: dict, role: str, where: str, varia
 
 
 def _step_size(config: dict, pre: dict, D: int) -> float:
-    """eta(D) of a run whose pretraining overrides are ``pre`` (PretrainSpec.step_size, on the merged settings)."""
+    """eta(D) of a run whose pretraining overrides are ``pre`` (``specs.step_size`` of the merged settings)."""
     merged = deep_merge(config.get("pretrain", {}), pre)
-    limit = merged.get("eta_D_limit")
-    return merged["eta"] if limit is None else min(merged["eta"], limit / D)
+    return step_size(merged["eta"], merged.get("eta_D_limit"), D)
 
 
 def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:

@@ -1,16 +1,17 @@
-"""How a pretraining step moves the parameters: plain gradient descent (the paper's), Adam, or population
-mode's gradient descent on the invariant subspace's coefficients (``model.population``).
+"""How one step moves the parameters: plain gradient descent (the paper's), Adam, or population mode's
+gradient descent on the invariant subspace's coefficients (``model.population``).
 
-Each descent holds its own state, which the trainer's resume states carry (``state`` / ``load``), and
+Each update holds its own state, which the trainer's resume states carry (``state`` / ``load``), and
 acts only on the seeds still active: a diverged seed stays frozen. Every update is elementwise per
-seed, so a seed gets the same numbers alone or among others.
+seed, so a seed gets the same numbers alone or among others. ``steps.Steps`` takes the steps; which
+update a run uses is ``rule.make``'s choice.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..model import dispatch, population
+from ..model import population
 
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch's defaults (the schema's description of optimizer: adam)
 
@@ -33,6 +34,10 @@ class GradientDescent:
 
     def directions(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return grads
+
+    def current(self, params: dict) -> dict:
+        """The parameters at the current point (here ``params`` themselves)."""
+        return params
 
     def step(self, params: dict, grads: dict, active: torch.Tensor) -> dict:
         """The parameters after one step of the ``active`` (S,) seeds; the others keep theirs."""
@@ -86,23 +91,6 @@ class Adam(GradientDescent):
         self.moments = {k[5:]: t.to(device) for k, t in tensors.items() if k.startswith("adam.")}
 
 
-class Parameters:
-    """The trainer's ``params`` (kept as ``_params``): read through the descent's ``current``, so population
-    mode on the loops, whose steps need no W, builds W and v from the coefficients only when they are read."""
-
-    def __get__(self, trainer, owner=None):
-        if trainer is None:
-            return self
-        held = trainer.__dict__
-        current = getattr(held.get("descent"), "current", None)
-        if current is not None:
-            held["_params"] = current(held["_params"])
-        return held["_params"]
-
-    def __set__(self, trainer, value: dict) -> None:
-        trainer.__dict__["_params"] = value
-
-
 class SubspaceDescent(GradientDescent):
     """Population mode: gradient descent on the coefficients (S, N_COEF) of the invariant subspace, kept in
     float64 so millions of small steps lose nothing to rounding; W and v are built from them, so the run
@@ -110,8 +98,8 @@ class SubspaceDescent(GradientDescent):
     removed), which uses each seed's j* and v*.
 
     With ``steps`` (``dispatch.coefficient_steps``: per seed, the coefficients to their gradient, no W) a
-    step needs no W, so W and v are built only when read (``current``: a recording, a resume state, the
-    result); otherwise after each step, for the kernel's next gradient."""
+    step needs no W, so W and v are built only where asked for (``current``: a recording, a resume state,
+    the result); otherwise after each step, for the kernel's next gradient."""
 
     def __init__(self, eta: float, tasks, positions: torch.Tensor, dtype, device, steps: list | None = None):
         super().__init__(eta)
@@ -139,7 +127,7 @@ class SubspaceDescent(GradientDescent):
         self.stale.update(range(len(self.tasks)))
 
     def current(self, params: dict) -> dict:
-        """``params`` with W and v of every stale seed built from its coefficients."""
+        """``params`` with W and v of every seed whose steps left them behind built from its coefficients."""
         if not self.stale:
             return params
         params = self.build(params, sorted(self.stale))
@@ -174,12 +162,3 @@ class SubspaceDescent(GradientDescent):
 
     def load(self, tensors, meta, device):
         self.coef = tensors["population"].to(device, torch.float64)
-
-
-def make(spec, plan, tasks, positions, dtype, device, scale: float = 1.0) -> GradientDescent:
-    """The run's descent: population mode's (``plan.projected``), Adam's, or plain gradient descent."""
-    eta = spec.pretrain.step_size(spec.task.D)
-    if plan.projected:
-        steps = dispatch.coefficient_steps(plan, tasks, spec.task.D, scale) if plan.from_coefficients else None
-        return SubspaceDescent(eta, tasks, positions, dtype, device, steps)
-    return Adam(eta) if spec.pretrain.optimizer == "adam" else GradientDescent(eta)

@@ -212,5 +212,5 @@ def propagated_rows(spec: RunSpec, seed: int, n_pairs: int, *identity) -> list[d
             norm = float(x.norm())
             logs[k] += math.log(norm)
             deltas[k] = x / norm
-        trainer.step()
+        trainer.rule.step()
     return rows

@@ -151,9 +151,46 @@ def _stack(pairs):
 def _fit_method(
     ctx: Context, spec: TransferSpec, pre: Pretrained, tasks, downstream: str, method: str, n: int, X, y, X_test, y_test
 ) -> list[dict]:
+    """The rows of one method at one n: a skipped row for each seed whose pretraining diverged (a method that
+    starts from it), then one fit of the others, its setting chosen by ``_select``."""
     entry = method_info(method)
-    run_spec = ctx.run_spec
-    rows = []
+    row = _row_maker(ctx.run_spec, pre, tasks, downstream, method, n)
+    active = list(range(len(pre.seeds)))
+    if entry.uses_pretrained:
+        active = [i for i, st in enumerate(pre.status) if st == "ok"]
+    rows = [row(i, **_skipped(spec)) for i in sorted(set(range(len(pre.seeds))) - set(active))]
+    if not active:
+        return rows
+    ids = [fit_identity(ctx.run_spec, pre.seeds[i], downstream, method, n) for i in active]
+    start = {k: t[active] for k, t in pre.params.items()} if entry.uses_pretrained else None
+    Xa, ya = X[active], y[active]
+
+    t0 = time.perf_counter()
+    chosen, notes = _select(ctx, spec, method, Xa, ya, ids, start)
+    select_seconds = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    X_te = X_test[active]
+    online = None
+    if entry.online:
+        m = min(spec.online_eval_size, X_te.shape[1])
+        online = OnlineEval(X_te[:, :m], y_test[active][:, :m], spec.online_points)
+    out = entry.fit(ctx, Xa, ya, [Xa, X_te], chosen, [torch_generator(*i) for i in ids], start, online)
+    seconds = (time.perf_counter() - t1) / len(active) + select_seconds / len(active)
+    alignment = readout_alignment(out, [tasks[i] for i in active], [pre.tasks[i] for i in active], ctx.run_spec.task.d)
+    errors = out.errors or [None] * len(active)
+    extras = out.extras or [{}] * len(active)
+    for j, i in enumerate(active):
+        f_train, f_test, error = out.outputs[0][j], out.outputs[1][j], errors[j]
+        used = {**chosen[j], **extras[j]} | entry.recorded(n, chosen[j])  # data-dependent settings as fitted
+        online_error = out.online[j] if out.online is not None else math.nan
+        values = _fitted(f_train, ya[j], f_test, y_test[i], error, online_error, notes[j], used, alignment[j], seconds)
+        rows.append(row(i, **values))
+    return rows
+
+
+def _row_maker(run_spec, pre: Pretrained, tasks, downstream: str, method: str, n: int):
+    """``row(i, **values)``: seed i's row with the run's, the task's and the fit's identity."""
 
     def row(i: int, **values) -> dict:
         task, base = tasks[i], pre.tasks[i]
@@ -176,85 +213,59 @@ def _fit_method(
             **values,
         }
 
-    active = list(range(len(pre.seeds)))
-    if entry.uses_pretrained:
-        active = [i for i, st in enumerate(pre.status) if st == "ok"]
-        for i in sorted(set(range(len(pre.seeds))) - set(active)):
-            rows.append(
-                row(
-                    i,
-                    test_accuracy=math.nan,
-                    test_loss=math.nan,
-                    train_accuracy=math.nan,
-                    train_loss=math.nan,
-                    fit_seconds=math.nan,
-                    status="skipped_pretrain_diverged",
-                    error="skipped: pretraining of this seed diverged",
-                    selection=spec.selection,
-                    hp_at_edge=False,
-                    hp_edge="",
-                    cv_accuracy=math.nan,
-                    cv_loss=math.nan,
-                    online_error=math.nan,
-                    **dict.fromkeys(READOUT_COLUMNS, math.nan),
-                )
-            )
-    if not active:
-        return rows
-    ids = [fit_identity(run_spec, pre.seeds[i], downstream, method, n) for i in active]
-    start = {k: t[active] for k, t in pre.params.items()} if entry.uses_pretrained else None
-    Xa, ya = X[active], y[active]
+    return row
 
-    t0 = time.perf_counter()
-    chosen, notes = _select(ctx, spec, method, Xa, ya, ids, start)
-    select_seconds = time.perf_counter() - t0
 
-    t1 = time.perf_counter()
-    X_te = X_test[active]
-    online = None
-    if entry.online:
-        m = min(spec.online_eval_size, X_te.shape[1])
-        online = OnlineEval(X_te[:, :m], y_test[active][:, :m], spec.online_points)
-    out = entry.fit(ctx, Xa, ya, [Xa, X_te], chosen, [torch_generator(*i) for i in ids], start, online)
-    share = (time.perf_counter() - t1) / len(active)
-    errors = out.errors or [None] * len(active)
-    extras = out.extras or [{}] * len(active)
-    alignment = readout_alignment(out, [tasks[i] for i in active], [pre.tasks[i] for i in active], run_spec.task.d)
+def _skipped(spec: TransferSpec) -> dict:
+    """A seed's values where its pretraining diverged and the method starts from it."""
+    return {
+        "test_accuracy": math.nan,
+        "test_loss": math.nan,
+        "train_accuracy": math.nan,
+        "train_loss": math.nan,
+        "fit_seconds": math.nan,
+        "status": "skipped_pretrain_diverged",
+        "error": "skipped: pretraining of this seed diverged",
+        "selection": spec.selection,
+        "hp_at_edge": False,
+        "hp_edge": "",
+        "cv_accuracy": math.nan,
+        "cv_loss": math.nan,
+        "online_error": math.nan,
+        **dict.fromkeys(READOUT_COLUMNS, math.nan),
+    }
 
-    for j, i in enumerate(active):
-        f_train, f_test, error, extra = out.outputs[0][j], out.outputs[1][j], errors[j], extras[j]
-        rule = notes[j].pop("rule")
-        used = {**chosen[j], **extra}  # data-dependent settings (the absolute SGD step) as fitted
-        used |= entry.recorded(n, chosen[j])
-        metrics = _metrics(f_train, ya[j], f_test, y_test[i])
-        online_error = out.online[j] if out.online is not None else math.nan
-        if error is not None:
-            status = "failed"
-        elif not (torch.isfinite(f_train).all() and torch.isfinite(f_test).all()):
-            status = "diverged"
-        else:
-            status = "ok"
-        if status != "ok":
-            metrics = {k: math.nan for k in metrics}
-            online_error = math.nan
-        rows.append(
-            row(
-                i,
-                **metrics,
-                fit_seconds=share + select_seconds / len(active),
-                status=status,
-                error=error,
-                selection=rule,
-                hp_at_edge=bool(notes[j].get("at_edge", [])),
-                hp_edge=",".join(notes[j].get("at_edge", [])),
-                cv_accuracy=_nan_if_none(notes[j].get("cv_accuracy")),
-                cv_loss=_nan_if_none(notes[j].get("cv_loss")),
-                **{PARAMETER_PREFIX + k: v for k, v in used.items()},
-                online_error=online_error,
-                **(alignment[j] if status == "ok" else dict.fromkeys(READOUT_COLUMNS, math.nan)),
-            )
-        )
-    return rows
+
+def _fitted(
+    f_train, y_train, f_test, y_test, error, online_error, note: dict, used: dict, alignment: dict, seconds: float
+) -> dict:
+    """A fitted seed's values: its metrics, its share of the fit's ``seconds``, status (failed, diverged: outputs
+    not finite, or ok), how its setting was chosen and the setting used; NaN metrics unless ok."""
+    metrics = _metrics(f_train, y_train, f_test, y_test)
+    if error is not None:
+        status = "failed"
+    elif not (torch.isfinite(f_train).all() and torch.isfinite(f_test).all()):
+        status = "diverged"
+    else:
+        status = "ok"
+    if status != "ok":
+        metrics = {k: math.nan for k in metrics}
+        online_error = math.nan
+    rule = note.pop("rule")
+    return {
+        **metrics,
+        "fit_seconds": seconds,
+        "status": status,
+        "error": error,
+        "selection": rule,
+        "hp_at_edge": bool(note.get("at_edge", [])),
+        "hp_edge": ",".join(note.get("at_edge", [])),
+        "cv_accuracy": _nan_if_none(note.get("cv_accuracy")),
+        "cv_loss": _nan_if_none(note.get("cv_loss")),
+        **{PARAMETER_PREFIX + k: v for k, v in used.items()},
+        "online_error": online_error,
+        **(alignment if status == "ok" else dict.fromkeys(READOUT_COLUMNS, math.nan)),
+    }
 
 
 def _metrics(f_train, y_train, f_test, y_test) -> dict:
@@ -313,16 +324,50 @@ def _select(ctx: Context, spec: TransferSpec, method: str, X, y, ids, start) -> 
     if k_split < 2:
         return [dict(fixed) for _ in range(S)], [{"rule": f"fixed (n = {n} < 4: no 2 folds of 2)"} for _ in range(S)]
     folds = torch.stack([cv_folds(y[s], k_split, torch_generator(*ids[s], "cv")) for s in range(S)])
+    candidates = spec.candidates(method)
+    acc, loss, failed = _cv_scores(ctx, method, X, y, folds, k, candidates, ids, start)
+    valid = ~failed.all(0)  # (k, S): folds some grid point could fit
+    names = sorted(spec.method_grid(method))
+    grid = spec.method_grid(method)
+    chosen, notes = [], []
+    for s in range(S):
+        use = valid[:, s]
+        if not use.any():
+            chosen.append(dict(fixed))
+            notes.append({"rule": "fixed (no fold of the split could be fitted)"})
+            continue
+        a = torch.where(failed[:, use, s], -math.inf, acc[:, use, s]).mean(1)
+        lo = torch.where(failed[:, use, s], math.inf, loss[:, use, s]).mean(1)
+        best = max(range(len(candidates)), key=lambda c: (float(a[c]), -float(lo[c]), -c))
+        hp = dict(candidates[best])
+        edge = [name for name in names if len(grid[name]) > 1 and hp[name] in (grid[name][0], grid[name][-1])]
+        chosen.append(hp)
+        rule = f"cv ({k} folds)" if k == k_split else f"holdout (1/{k_split} of n)"
+        notes.append(
+            {
+                "rule": rule,
+                "cv_accuracy": _finite_or_none(float(a[best])),
+                "cv_loss": _finite_or_none(float(lo[best])),
+                "at_edge": edge,
+            }
+        )
+    return chosen, notes
+
+
+def _cv_scores(ctx: Context, method: str, X, y, folds, k: int, candidates: list, ids, start):
+    """Validation accuracy, loss (-inf, inf where the outputs are not finite) and failure of every (grid
+    point, fold, seed), each (C, k, S): the first k folds of ``folds`` (S, n), every entry one of a few
+    batched fits (grid points in chunks of whole (fold, seed) blocks, about CV_CHUNK_FLOATS training inputs a
+    chunk)."""
+    S = y.shape[0]
     trn = torch.stack([torch.stack([torch.nonzero(folds[s] != f).squeeze(1) for f in range(k)]) for s in range(S)])
     val = torch.stack([torch.stack([torch.nonzero(folds[s] == f).squeeze(1) for f in range(k)]) for s in range(S)])
-    candidates = spec.candidates(method)
     C = len(candidates)
     # entries e = (c, f, s), s fastest
     cs, fs, ss = (
         t.reshape(-1) for t in torch.meshgrid(torch.arange(C), torch.arange(k), torch.arange(S), indexing="ij")
     )
     yv = y[ss[:, None], val[ss, fs]]
-    # grid points in chunks of whole (fold, seed) blocks, about CV_CHUNK_FLOATS training inputs a chunk
     per_point = k * S * trn.shape[-1] * X[0, 0].numel()
     step = max(1, CV_CHUNK_FLOATS // per_point) * k * S
     fs_out, errs = [], []
@@ -347,33 +392,7 @@ def _select(ctx: Context, spec: TransferSpec, method: str, X, y, ids, start) -> 
     finite = torch.isfinite(f).all(1)
     acc = torch.where(finite, acc, torch.full_like(acc, -math.inf)).reshape(C, k, S)
     loss = torch.where(finite, loss, torch.full_like(loss, math.inf)).reshape(C, k, S)
-    failed = failed.reshape(C, k, S)
-    valid = ~failed.all(0)  # (k, S): folds some grid point could fit
-    names = sorted(spec.method_grid(method))
-    grid = spec.method_grid(method)
-    chosen, notes = [], []
-    for s in range(S):
-        use = valid[:, s]
-        if not use.any():
-            chosen.append(dict(fixed))
-            notes.append({"rule": "fixed (no fold of the split could be fitted)"})
-            continue
-        a = torch.where(failed[:, use, s], -math.inf, acc[:, use, s]).mean(1)
-        lo = torch.where(failed[:, use, s], math.inf, loss[:, use, s]).mean(1)
-        best = max(range(C), key=lambda c: (float(a[c]), -float(lo[c]), -c))
-        hp = dict(candidates[best])
-        edge = [name for name in names if len(grid[name]) > 1 and hp[name] in (grid[name][0], grid[name][-1])]
-        chosen.append(hp)
-        rule = f"cv ({k} folds)" if k == k_split else f"holdout (1/{k_split} of n)"
-        notes.append(
-            {
-                "rule": rule,
-                "cv_accuracy": _finite_or_none(float(a[best])),
-                "cv_loss": _finite_or_none(float(lo[best])),
-                "at_edge": edge,
-            }
-        )
-    return chosen, notes
+    return acc, loss, failed.reshape(C, k, S)
 
 
 def _nan_if_none(x: float | None) -> float:

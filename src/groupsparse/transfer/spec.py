@@ -67,10 +67,6 @@ class TransferSpec:
     def method_grid(self, method: str) -> dict[str, list]:
         return self.grids.get(method, method_info(method).grid)
 
-    def grid_values(self, method: str, name: str) -> list:
-        grid = self.method_grid(method) if self.selection == "cv" else {}
-        return grid.get(name, [self.method_hyperparameters(method)[name]])
-
     def folds(self, n: int) -> tuple[int, int]:
         """(k, fits) of the stratified split at sample size n: k = cv_folds and all k folds fitted
         below cv_large_n; from cv_large_n on k = cv_holdout_folds and only its first fold is fitted
