@@ -137,11 +137,15 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
     if "batch" not in runs.columns or not len(runs):
         return pd.DataFrame()
     columns = ["d", "D", "variant", "batch", "eta", "seed", "quantity", "kappa", "c", "value", "censored", "grid"]
+    flow = [c for c in ("samples", "rtol") if c in runs.columns]  # the flow check's settings, per variant
+    columns += flow
+    settings = {(v, c): _flow_setting(g, c) for v, g in runs.groupby("variant", sort=True) for c in flow}
     frames = []
     for variant, g in runs.groupby("variant", sort=True):
         v = rest_values(g.assign(variant=""), s.kappas, s)
         v = v.assign(variant=variant, quantity=[f"1 - min attention at flow time {k:g} D^3" for k in v["kappa"]])
         v = v.assign(value=v["log_rest"], censored=~np.isfinite(v["log_rest"]), grid=not variant, c=math.nan)
+        v = v.assign(**{c: settings[(variant, c)] for c in flow})
         frames.append(v[columns])
     if len(crossings):
         c0 = min(s.target_c) if s.target_c else None
@@ -163,6 +167,7 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
                     "value": np.log(cr["flow_time"].to_numpy(float)),
                     "censored": cr["censored"].to_numpy(bool),
                     "grid": (cr["variant"].fillna("").astype(str) == "").to_numpy(bool),
+                    **{c: [settings.get((v, c), math.nan) for v in cr["variant"].fillna("").astype(str)] for c in flow},
                 }
             )
         )
@@ -170,7 +175,13 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
 
 
 def _setting(h: pd.DataFrame) -> str:
-    return setting_words(float(h["batch"].iloc[0]), _eta(h))
+    return setting_words(float(h["batch"].iloc[0]), _eta(h), _flow_setting(h, "samples"), _flow_setting(h, "rtol"))
+
+
+def _flow_setting(h: pd.DataFrame, column: str) -> float:
+    """The flow's outer samples or solver tolerance of these rows (NaN for gradient descent's)."""
+    values = h[column].dropna() if column in h.columns else ()
+    return float(values.iloc[0]) if len(values) else math.nan
 
 
 def _eta(h: pd.DataFrame) -> float:
@@ -210,6 +221,10 @@ def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> li
                 eta=_eta(h),
                 reference_batch=float(grid["batch"].iloc[0]),
                 reference_eta=_eta(grid),
+                samples=_flow_setting(h, "samples"),
+                rtol=_flow_setting(h, "rtol"),
+                reference_samples=_flow_setting(grid, "samples"),
+                reference_rtol=_flow_setting(grid, "rtol"),
                 d=float(d),
                 D=float(D),
                 kappa=kappa,
@@ -227,7 +242,10 @@ def batch_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> li
                 f"d = {d}, D = {D}; runs {variant} against the grid; log scale, paired by seed ({len(pair)} seeds), "
                 f"seeds' t interval; tolerance +-{tol:g} (scaling.analysis.batch_tolerance)",
                 int(len(pair)),
-                "the measurement must not depend on its batch or step size (population mode estimates the "
+                "the flow must not depend on its sample size or tolerance (a sample average approximates the "
+                "population's vector field; the solver's steps its flow)"
+                if algorithm == "flow"
+                else "the measurement must not depend on its batch or step size (population mode estimates the "
                 "population gradient; the step size approximates gradient flow)",
             )
             if blocker:
@@ -288,11 +306,13 @@ def _run_algorithm(traj: pd.DataFrame, variant: str, D: int) -> str:
 
 
 def algorithm_of(traj: pd.DataFrame) -> str:
-    """The grid's algorithm: population (population gradient descent) or batch (batch gradient descent)."""
+    """The grid's algorithm: flow (population gradient flow), population (population gradient descent) or
+    batch (batch gradient descent)."""
     grid = grid_rows(traj[traj["role"] == "scaling"]) if "role" in traj.columns else traj
     if "algorithm" not in grid.columns or not len(grid):
         return "batch"
-    return "population" if str(grid["algorithm"].iloc[0]) == "population" else "batch"
+    algorithm = str(grid["algorithm"].iloc[0])
+    return algorithm if algorithm in ("population", "flow") else "batch"
 
 
 def _descriptive_log_row(statement, about, theory, log_interval, blocker, config, n) -> dict:

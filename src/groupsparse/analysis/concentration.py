@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .fits import Fit, fit_levels, mean_stat, ols
-from .scaling_laws import ATTENTION_RESOLUTION, MIN_ATTENTION, FitRecord, flow_times, grid_rows
+from .scaling_laws import ATTENTION_RESOLUTION, FLOW_RESOLUTION, MIN_ATTENTION, FitRecord, flow_times, grid_rows
 from .settings import Settings
 from .stats import bootstrap_generator, t_interval
 
@@ -46,8 +46,9 @@ def rest_at(c: pd.DataFrame, column: str, tau: float) -> tuple[float, str]:
     rest = _interp_log(taus, 1 - c[column].to_numpy(float), tau)
     if not np.isfinite(rest):
         return math.nan, "not recorded"
-    if rest < ATTENTION_RESOLUTION:
-        return math.nan, "below float32 resolution"
+    flow = "algorithm" in c.columns and (c["algorithm"] == "flow").all()  # float64 throughout
+    if rest < (FLOW_RESOLUTION if flow else ATTENTION_RESOLUTION):
+        return math.nan, "below float64 resolution" if flow else "below float32 resolution"
     return rest, ""
 
 

@@ -33,6 +33,7 @@ from .statements import About, claim_text
 from .stats import CONFIDENCE, Prediction, bootstrap_generator, first_crossing, fmt_values, one_sided_low
 
 ATTENTION_RESOLUTION = 1e-6  # 1 - mass below this is under float32 resolution: censored
+FLOW_RESOLUTION = 1e-13  # the flow's r = 1 - min attention, read back from a float64 min attention
 
 
 MIN_ATTENTION = "attention_min_on_relevant"  # min over queries of S[j*, j]: what the theorem bounds
@@ -54,10 +55,10 @@ def flow_times(g: pd.DataFrame) -> np.ndarray:
 
 def without_flow_time(traj: pd.DataFrame) -> pd.Series:
     """Per row: trained by an adaptive optimizer (Adam), whose step size is no flow time (eta x steps
-    means nothing for it); False for gradient descent and for tables without an optimizer column."""
+    means nothing for it); False for gradient descent, its flow and tables without an optimizer column."""
     if "optimizer" not in traj.columns:
         return pd.Series(False, traj.index)
-    return traj["optimizer"].fillna("gd") != "gd"
+    return ~traj["optimizer"].fillna("gd").isin(["gd", "flow"])  # gradient descent and its flow
 
 
 def theorem_quantity(traj: pd.DataFrame, s: Settings) -> pd.DataFrame:

@@ -102,14 +102,14 @@ STATEMENTS: dict[str, Statement] = {
         "batch_check",
         1,
         "log_rest_difference",
-        "batch check, {algorithm_words}: 1 - min attention at flow time {kappa:g} D^3 at {setting_words} minus at "
+        "{check_words}, {algorithm_words}: 1 - min attention at flow time {kappa:g} D^3 at {setting_words} minus at "
         "{reference_setting_words} (d = {d:.0f}, D = {D:.0f})",
     ),
     "batch_check_time": Statement(
         "batch_check",
         1,
         "log_flow_time_difference",
-        "batch check, {algorithm_words}: flow time until min attention >= 1 - exp(-{c:g} D) at {setting_words} "
+        "{check_words}, {algorithm_words}: flow time until min attention >= 1 - exp(-{c:g} D) at {setting_words} "
         "minus at {reference_setting_words} (d = {d:.0f}, D = {D:.0f})",
     ),
     # question 2: ordinary training
@@ -218,7 +218,11 @@ QUANTITY_WORDS = {
 }
 
 # The algorithms that made a number, in the claims' words (the code where none is set).
-ALGORITHM_WORDS = {"population": "population gradient descent", "batch": "batch gradient descent"}
+ALGORITHM_WORDS = {
+    "population": "population gradient descent",
+    "flow": "population gradient flow",
+    "batch": "batch gradient descent",
+}
 
 
 @dataclass(frozen=True)
@@ -236,6 +240,10 @@ class About:
     eta_rule: str = ""  # the group's step sizes as the predictions table prints them
     reference_batch: float = math.nan  # the batch check: the grid run's batch and step size
     reference_eta: float = math.nan
+    samples: float = math.nan  # the flow (algorithm flow): its outer samples and solver tolerance
+    rtol: float = math.nan
+    reference_samples: float = math.nan  # the flow check: the grid run's
+    reference_rtol: float = math.nan
     run: str = ""
     downstream: str = ""
     d: float = math.nan
@@ -270,8 +278,10 @@ def grid_text(Ds) -> str:
     return ", ".join(str(int(D)) for D in Ds)
 
 
-def setting_words(batch: float, eta: float) -> str:
-    """'batch 512, eta 0.5' (the step size left out where unknown)."""
+def setting_words(batch: float, eta: float, samples: float = math.nan, rtol: float = math.nan) -> str:
+    """'batch 512, eta 0.5' (the step size left out where unknown); the flow's 'N = 4096, rtol 1e-06'."""
+    if isinstance(samples, float) and math.isfinite(samples):
+        return f"N = {samples:.0f}" + (f", rtol {rtol:.0e}" if isinstance(rtol, float) and math.isfinite(rtol) else "")
     return f"batch {batch:.0f}" + (f", eta {eta:.4g}" if isinstance(eta, float) and math.isfinite(eta) else "")
 
 
@@ -285,8 +295,16 @@ def words(statement: str, about: About | dict) -> dict:
         "algorithm_words": ALGORITHM_WORDS.get(f.get("algorithm", ""), f.get("algorithm", "")),
         "variant_words": "grid" if not f.get("variant") else f"variant {f['variant']}",
         "D_grid_or_none": f.get("D_grid") or "none",
-        "setting_words": setting_words(f.get("batch", math.nan), f.get("eta", math.nan)),
-        "reference_setting_words": setting_words(f.get("reference_batch", math.nan), f.get("reference_eta", math.nan)),
+        "check_words": "flow check" if f.get("algorithm") == "flow" else "batch check",
+        "setting_words": setting_words(
+            f.get("batch", math.nan), f.get("eta", math.nan), f.get("samples", math.nan), f.get("rtol", math.nan)
+        ),
+        "reference_setting_words": setting_words(
+            f.get("reference_batch", math.nan),
+            f.get("reference_eta", math.nan),
+            f.get("reference_samples", math.nan),
+            f.get("reference_rtol", math.nan),
+        ),
     }
 
 

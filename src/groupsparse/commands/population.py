@@ -56,6 +56,7 @@ def register(sub) -> None:
         "--flow-time", type=float, default=None, help="flow time eta x steps to reach (flow; gd: steps = this / eta)"
     )
     p.add_argument("--samples", type=int, default=None, help="flow: outer samples of the vector field")
+    p.add_argument("--sampler", choices=("sobol", "mc"), default=None, help="flow: scrambled Sobol' or plain draws")
     p.add_argument("--eval-samples", type=int, default=None, help="flow: outer samples of the evaluation")
     p.add_argument("--nodes", type=int, default=None, help="flow: quadrature nodes over x_j* . v*")
     p.add_argument("--method", choices=("BDF", "Radau", "LSODA"), default=None, help="flow: the ODE solver")
@@ -72,8 +73,8 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-FLOW_ARGS = {"samples": "samples", "eval_samples": "eval_samples", "nodes": "nodes", "method": "method",
-             "rtol": "rtol", "atol": "atol"}  # fmt: skip
+FLOW_ARGS = {"samples": "samples", "sampler": "sampler", "eval_samples": "eval_samples", "nodes": "nodes",
+             "method": "method", "rtol": "rtol", "atol": "atol"}  # fmt: skip
 
 
 def spec_dict(args) -> dict:

@@ -46,10 +46,23 @@ def run(args) -> int:
         f"{args.threads} thread(s)",
         flush=True,
     )
-    trainer = Trainer(spec, args.seeds, resume_path=args.resume_state, resume_every=args.resume_every)
-    print(f"  {trainer.algorithm} gradient descent, kernel {trainer.plan.kernel}", flush=True)
-    bar = Progress(spec.pretrain.steps, "steps")
-    res = trainer.run(progress=lambda step, loss: bar.update(step))
+    if spec.pretrain.solver == "flow":
+        from ..training.flow import FlowRun
+
+        flow = FlowRun(spec, args.seeds, resume_path=args.resume_state)
+        fs = spec.pretrain.flow
+        print(
+            f"  population gradient flow to flow time {flow.T:g}, {fs.samples} {fs.sampler} samples, {fs.method} "
+            f"rtol {fs.rtol:g}, {flow.kernel}",
+            flush=True,
+        )
+        bar = Progress(len(args.seeds) * len(flow.ends), "octaves")
+        res = flow.run(progress=lambda i, segment: bar.update(i * len(flow.ends) + segment))
+    else:
+        trainer = Trainer(spec, args.seeds, resume_path=args.resume_state, resume_every=args.resume_every)
+        print(f"  {trainer.algorithm} gradient descent, kernel {trainer.plan.kernel}", flush=True)
+        bar = Progress(spec.pretrain.steps, "steps")
+        res = trainer.run(progress=lambda step, loss: bar.update(step))
     if res.resumed_from_step:
         print(f"  resumed from saved state at step {res.resumed_from_step}", flush=True)
     prov = io.provenance(
@@ -64,7 +77,8 @@ def run(args) -> int:
     for table in (res.trajectory, res.attention):  # the run's role and varied settings, as columns
         table.insert(1, "role", spec.role)
         table.insert(2, "variant", spec.variant)
-    res.trajectory["batch"] = spec.pretrain.batch  # a measured factor of the times (docs/STUDY.md section 6.4)
+    # a measured factor of the times (docs/STUDY.md section 6.4); the flow has none: its samples are its own column
+    res.trajectory["batch"] = spec.pretrain.batch if spec.pretrain.solver == "gd" else 0
     io.write_parquet(res.trajectory, args.trajectory, prov)
     io.write_parquet(res.attention, args.attention, prov)
     diverged = [(s, st) for s, st in zip(args.seeds, res.diverged_step) if st >= 0]

@@ -257,17 +257,23 @@ class FlowSpec:
     """Population gradient flow's settings (pretrain.solver: flow; the schema's $defs/flow)."""
 
     samples: int = _FLOW["samples"]
+    sampler: str = _FLOW["sampler"]
     eval_samples: int = _FLOW["eval_samples"]
     nodes: int = _FLOW["nodes"]
     method: str = _FLOW["method"]
     rtol: float = _FLOW["rtol"]
     atol: float = _FLOW["atol"]
+    flow_time: float | None = _FLOW["flow_time"]
     records_per_octave: int = _FLOW["records_per_octave"]
     targets_c: tuple = tuple(_FLOW["targets_c"])
     implementation: str = _FLOW["implementation"]
 
     def validate(self, where: str = "pretrain.flow") -> None:
         object.__setattr__(self, "targets_c", tuple(float(c) for c in self.targets_c))
+        if self.sampler == "sobol":  # a Sobol' sequence is balanced in blocks of powers of 2
+            for key in ("samples", "eval_samples"):
+                n = getattr(self, key)
+                require(n & (n - 1) == 0, f"{where}.{key}", f"must be a power of 2 with sampler: sobol, got {n}")
 
 
 @dataclass(frozen=True)
@@ -361,12 +367,12 @@ class RunSpec:
         """The spec as a dict: what spec files hold and the science hash reads. A setting added after
         runs existed is left out at its default, so earlier spec files keep their bytes and their
         runs' checkpoints stay theirs (tests/unit/test_config_frozen_specs.py); the flow's settings
-        are left out of every run that does not use the flow."""
+        are left out of every run that does not use the flow, and at their defaults from those that do."""
         out = asdict(self)
-        if self.pretrain.solver != "flow":
-            del out["pretrain"]["flow"]
-        else:
-            out["pretrain"]["flow"]["targets_c"] = list(out["pretrain"]["flow"]["targets_c"])
+        flow = out["pretrain"].pop("flow")
+        if self.pretrain.solver == "flow":  # the flow's settings where they differ from their defaults
+            flow["targets_c"] = list(flow["targets_c"])
+            out["pretrain"]["flow"] = {k: v for k, v in flow.items() if v != _FLOW[k]}
         for section, keys in ADDED_SETTINGS.items():
             for key in keys:
                 if out[section][key] == _SECTION_DEFAULTS[section][key]:

@@ -28,6 +28,7 @@ __all__ = [
 
 DTYPE_BYTES = {"float32": 4, "float64": 8}
 _TOP, _TASK, _MODEL, _PRETRAIN = (schema_defaults(part) for part in (None, "task", "model", "pretrain"))
+_FLOW = schema_defaults("flow")
 N_LOG_STEPS = 40  # pretrain.N_LOG_STEPS (recording grid)
 
 
@@ -108,6 +109,8 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
     antithetic = p["sampling"] == "antithetic"
     R = record_count(p["steps"], p["record_every"], p["attention_checkpoints"])
     eta = step_size(p["eta"], p["eta_D_limit"], D)
+    if plan.kernel.startswith("flow"):
+        return describe_flow(spec, plan, seeds, threads, eta)
     return {
         "job": "pretrain",
         "kind": t["kind"],
@@ -140,6 +143,49 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
             m,
             not plan.closed_form,  # autograd: every seed at once
         ),
+    }
+
+
+# Vector-field evaluations of the flow's solver per octave of flow time (BDF at rtol 1e-6, its Jacobians'
+# included): about 86 at D = 16 to 2 D^3 and 64 at D = 64 to 0.5 D^3 in the pilot runs of 2026-12-07.
+FLOW_EVALUATIONS_PER_OCTAVE = 90
+
+
+def describe_flow(spec: dict, plan: dispatch.Plan, seeds: int, threads: int, eta: float) -> dict:
+    """The features of a flow job (pretrain.solver: flow): per seed about FLOW_EVALUATIONS_PER_OCTAVE field
+    evaluations an octave of flow time over its outer samples, and records_per_octave records an octave
+    over its evaluation sample; the samples held in float64."""
+    t, p = spec["task"], spec["pretrain"]
+    f = _FLOW | (p.get("flow") or {})
+    d, D = t["d"], t["D"]
+    T = f["flow_time"] or eta * p["steps"]
+    octaves = max(1.0, math.log2(max(T, 1.0) / 0.25))
+    evaluations = math.ceil(FLOW_EVALUATIONS_PER_OCTAVE * octaves)
+    records = math.ceil(f["records_per_octave"] * octaves) + 4
+    sample = (f["samples"] + f["eval_samples"]) * d * D * 8
+    return {
+        "job": "pretrain",
+        "kind": t["kind"],
+        "d": d,
+        "D": D,
+        "m": d + D,
+        "layers": 1,
+        "seeds": seeds,
+        "steps": evaluations,
+        "eta": eta,
+        "flow_time": T,
+        "batch": f["samples"],
+        "eval_size": f["eval_samples"],
+        "records": records,
+        "dtype": "float64",
+        "kernel": plan.kernel,
+        "projected": True,
+        "sampling": "antithetic",
+        **pretrain_work(plan, seeds, 1, d, D, d + D, evaluations, f["samples"], records, f["eval_samples"], True),
+        "python_steps": evaluations + records,
+        # the samples of one seed at a time, and each thread's D x D blocks
+        "persistent_bytes": sample,
+        "transient_bytes": max(1, threads) * 4 * D * D * 8,
     }
 
 

@@ -132,7 +132,12 @@ def setting_phrases(
 
 
 def check_words(variant: str) -> str:
-    """The batch check's runs (variant batch<b> or batch<b>_eta<f>, study.runs.check_variant)."""
+    """The batch check's runs (variant batch<b> or batch<b>_eta<f>, study.runs.check_variant) and the flow
+    check's (samples<N>, rtol<x>: study.runs.flow_check_variant)."""
+    if variant.startswith("samples"):
+        return f"sample-size check: N = {variant.removeprefix('samples')} outer samples"
+    if variant.startswith("rtol"):
+        return f"solver-tolerance check: rtol {variant.removeprefix('rtol').replace('m', '-').replace('p', '.')}"
     batch, _, factor = variant.removeprefix("batch").partition("_eta")
     if factor:
         return f"step-size check: eta x {factor.replace('p', '.')}, batch {batch}"

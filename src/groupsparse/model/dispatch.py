@@ -11,6 +11,9 @@ differ in speed and in the part of the parameter space they cover:
     symmetric         ``symmetric.py``: antithetic batches on the X -> -X subspace (v2 = 0, W's cross
                       blocks 0, where every run from the zero start stays), from ``SYMMETRIC_MIN_D`` on
     symmetric_loops   the same step as one numba loop per sample (``symmetric_loops.py``): float32 on a CPU
+    flow_loops        population gradient flow's vector field on the subspace (``flow.py``; pretrain.solver:
+                      flow), float64 numba loops per outer sample on a CPU (``flow_loops.py``)
+    flow_torch        the same field in batched torch: any device (a GPU's)
 
 Population mode (``pretrain.gradient: population``) takes the closed form these rules choose and
 projects its batch gradient onto the subspace the data law's symmetries fix (``population.py``):
@@ -31,7 +34,7 @@ from dataclasses import dataclass, replace
 # study keeps the general kernel, whose bits its D <= 16 results carry.
 SYMMETRIC_MIN_D = 24
 
-KERNELS = ("autograd", "general", "general_fused", "symmetric", "symmetric_loops")
+KERNELS = ("autograd", "general", "general_fused", "symmetric", "symmetric_loops", "flow_loops", "flow_torch")
 # The machine rate each kernel's FLOPs run at (the cost model measures one per rate, costs.yaml; the FLOPs
 # are ``step_flops``): torch's matrix products and fused elementwise passes, autograd's model, the
 # symmetric kernel's small batched torch products, numba's per-sample loops; population mode from the
@@ -42,6 +45,8 @@ RATES = {
     "general_fused": "gemm",
     "symmetric": "torch",
     "symmetric_loops": "loops",
+    "flow_loops": "flow",
+    "flow_torch": "torch",
 }
 FORWARDS = {
     "autograd": "autograd",
@@ -49,6 +54,8 @@ FORWARDS = {
     "general_fused": "general",
     "symmetric": "symmetric",
     "symmetric_loops": "symmetric",
+    "flow_loops": "flow",
+    "flow_torch": "flow",
 }
 
 
@@ -114,6 +121,8 @@ def step_flops(plan: Plan, B: int, D: int, d: int, m: int, layers: int = 1, anti
 
     if plan.from_coefficients:
         return kf.population_loops_flops(B, D, d)
+    if plan.kernel.startswith("flow"):  # one evaluation of the flow's field over B outer samples
+        return B * kf.flow_sample_flops(D, d)
     if plan.kernel == "autograd":
         return kf.dense_flops(B, D, d, m, layers)
     if plan.kernel.startswith("symmetric"):
@@ -126,6 +135,8 @@ def eval_flops(plan: Plan, D: int, d: int, m: int, layers: int = 1) -> int:
     the dense formula's forward half."""
     from . import kernel_flops as kf
 
+    if plan.forward == "flow":
+        return kf.flow_sample_flops(D, d, nodes=80)  # the attention's fixed nodes and the loss's adapted ones
     if plan.forward == "symmetric":
         phases = kf.symmetric_torch_phases(2, D, d, 4)  # one sample
         return phases["scores"][0] + phases["softmax"][0]
@@ -142,6 +153,11 @@ def _on_subspace(spec) -> bool:
 def _choose(spec, symmetric_min_D: int) -> Plan:
     gradient = spec.pretrain.gradient
     projected = gradient == "population"
+    if spec.pretrain.solver == "flow":  # population gradient flow's vector field (model/flow.py)
+        chosen = spec.pretrain.flow.implementation
+        if chosen == "auto":
+            chosen = "loops" if spec.device == "cpu" else "torch"
+        return Plan(f"flow_{chosen}", projected=True)
     if gradient == "autograd" or (gradient == "auto" and not spec.model.is_paper_model):
         return Plan("autograd")
     cpu32 = spec.device == "cpu" and spec.dtype == "float32"

@@ -70,3 +70,11 @@ def population_loops_flops(B: int, D: int, d: int) -> int:
     CT + a K + b w w^T and their maximum 5 D^2, the exponentials with their sums z and sum_i w_i E 5 D^2,
     dL/dA 3 D^2, its sum D^2 and its products with K and w (by query) 4 D^2, a few passes over D."""
     return B // 2 * (2 * d * D + 2 * d * D * D + 18 * D * D + 8 * D)
+
+
+def flow_sample_flops(D: int, d: int, nodes: int = 32) -> int:
+    """FLOPs of one outer sample of the flow's field (``flow_loops``): the Gram matrix of the features across
+    v* (2 (d - 1) D^2), the scores, exponentials and five weighted sums over the D x D block (an exponential
+    counted as 20), then per node of t (``nodes`` and about 12 of the margin's root) O(D) work for the D - 1
+    queries and query j*."""
+    return 2 * (d - 1) * D * D + 32 * D * D + (nodes + 12) * 40 * D

@@ -22,13 +22,20 @@ from ..transfer.spec import DEFAULTS as TRANSFER_DEFAULTS
 from ..transfer.spec import GRID_KEYS, check_transfer
 
 # The batch check's runs (scaling.batch_check): the grid's tasks at another batch, and optionally a
-# scaled step size. Their variant is batch<b>, or batch<b>_eta<factor> (0.5 -> 0p5); the analysis tells
-# them from the grid and the stability variants by this name alone.
-CHECK_VARIANT = re.compile(r"batch\d+(_eta[0-9p]+)?")
+# scaled step size. Their variant is batch<b>, or batch<b>_eta<factor> (0.5 -> 0p5); the flow check's
+# (scaling.flow_check): the flow's samples<N> (another sample size, the first N of it the grid's) and
+# rtol<x> (another tolerance, 1e-07 -> 1em07). The analysis tells them from the grid and the stability
+# variants by this name alone.
+CHECK_VARIANT = re.compile(r"batch\d+(_eta[0-9p]+)?|samples\d+|rtol[0-9pem]+")
 
 
 def check_variant(batch: int, eta_factor: float | None = None) -> str:
     return f"batch{batch}" + ("" if eta_factor in (None, 1) else f"_eta{f'{eta_factor:g}'.replace('.', 'p')}")
+
+
+def flow_check_variant(key: str, value: float) -> str:
+    """samples4096, rtol1em07: the flow check's run at another sample size or solver tolerance."""
+    return f"samples{int(value)}" if key == "samples" else "rtol" + f"{value:.0e}".replace("-", "m").replace(".", "p")
 
 
 def is_check_variant(variant: str | None) -> bool:
@@ -154,10 +161,15 @@ def _scaling_pretrain(config: dict, scaling: dict, D: int) -> dict:
             pre["batch"] = int(entry["batch"])
     steps = int(pre.get("steps", config["pretrain"]["steps"]))  # the schema filled the study's
     per, flow = float(scaling.get("steps_per_D3") or 0), float(scaling.get("flow_time_per_D3") or 0)
+    for entry in scaling.get("flow_time_by_D") or []:  # a longer (or shorter) flow time at these levels
+        if D in entry["D"]:
+            flow = float(entry["flow_time_per_D3"])
     if per > 0:
         steps = max(steps, math.ceil(per * D**3))
     if flow > 0:
         steps = max(steps, math.ceil(flow * D**3 / _step_size(config, pre, D)))
+        if deep_merge(config.get("pretrain", {}), pre).get("solver") == "flow":  # the flow reaches it exactly
+            pre["flow"] = deep_merge(pre.get("flow") or {}, {"flow_time": flow * D**3})
     return _with_length(pre, steps, scaling)
 
 
@@ -182,6 +194,7 @@ def expand(config: dict, checked: bool = False) -> dict[str, Run]:
     scaling = config["scaling"]  # filled: the schema's {enabled: false} where absent
     if scaling["enabled"]:
         runs |= _grid_runs(config, scaling) | _batch_runs(config, scaling) | _stability_runs(config, scaling)
+        runs |= _flow_check_runs(config, scaling)
     if config["ablations"]["enabled"]:  # filled, as scaling
         runs |= _ablation_runs(config, config["ablations"])
     return runs
@@ -198,6 +211,8 @@ def _grid_runs(config: dict, scaling: dict) -> dict[str, Run]:
     base = scaling.get("task", {})
     _outside_grid(scaling.get("transfer_D_grid", []), scaling, "scaling.transfer_D_grid")
     seen: dict[int, int] = {}
+    for i, entry in enumerate(scaling.get("flow_time_by_D") or []):
+        _outside_grid(entry["D"], scaling, f"scaling.flow_time_by_D[{i}].D")
     for i, entry in enumerate(scaling.get("batch_by_D") or []):
         _outside_grid(entry["D"], scaling, f"scaling.batch_by_D[{i}].D")
         for D in entry["D"]:
@@ -253,6 +268,37 @@ def _batch_runs(config: dict, scaling: dict) -> dict[str, Run]:
                     "dtype": scaling.get("dtype"),
                 }
                 runs[name] = _make_run(config, name, entry, "scaling", f"{where}.batches[{b}]", variant)
+    return runs
+
+
+def _flow_check_runs(config: dict, scaling: dict) -> dict[str, Run]:
+    """The grid's flow runs at other sample sizes and solver tolerances, paired by seed (the same tasks and
+    scrambled sequences: a larger sample begins with the grid's), to the grid's flow time."""
+    base = scaling.get("task", {})
+    runs = {}
+    for i, check in enumerate(scaling.get("flow_check") or []):
+        where = f"scaling.flow_check[{i}]"
+        _outside_grid(check["D"], scaling, f"{where}.D")
+        for D in check["D"]:
+            grid = _scaling_pretrain(config, scaling, D)
+            if deep_merge(config.get("pretrain", {}), grid).get("solver") != "flow":
+                raise ConfigError(f"{where}: checks the flow's samples and tolerance; the grid runs solver: gd")
+            for key in ("samples", "rtol"):
+                for value in check.get(key) or []:
+                    variant = flow_check_variant(key, value)
+                    pre = copy.deepcopy(grid)
+                    pre["flow"] = deep_merge(pre.get("flow") or {}, {key: value})
+                    if check.get("flow_time_per_D3"):  # a shorter check where the full length costs too much
+                        pre["flow"]["flow_time"] = float(check["flow_time_per_D3"]) * D**3
+                    entry = {
+                        "data_identity": f"scale_d{check['d']}_D{D}",  # the grid run's tasks and samples
+                        "task": base | {"d": check["d"], "D": D},
+                        "pretrain": pre,
+                        "transfer": {"enabled": False},
+                        "dtype": scaling.get("dtype"),
+                    }
+                    name = f"scale_d{check['d']}_D{D}_{variant}"
+                    runs[name] = _make_run(config, name, entry, "scaling", f"{where}.{key}[{value}]", variant)
     return runs
 
 

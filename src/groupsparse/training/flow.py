@@ -38,10 +38,11 @@ from ..config.seeding import task_identity, torch_generator
 from ..config.specs import RunSpec
 from ..data.synthetic import make_task
 from ..io import files as io
-from ..model import flow, population
+from ..model import dispatch, flow, population
 from ..model.device import TORCH_DTYPES, torch_device
 from ..model.transformer import sine_positions, token_width
-from .pretrain import ATT_COLUMNS, PretrainResult
+from .pretrain import PretrainResult
+from .recording import ATT_COLUMNS, attention_steps
 
 METHODS = {"BDF": integrate.BDF, "Radau": integrate.Radau, "LSODA": integrate.LSODA}
 SMALLEST_RECORD = 0.25  # flow time of the first grid record above 0 (the read-out moves at rate ~D/4)
@@ -106,11 +107,10 @@ class FlowRun:
         ts = spec.task
         self.d, self.D = ts.d, ts.D
         self.device = torch_device(spec.device)
-        self.implementation = fs.implementation
-        if self.implementation == "auto":
-            self.implementation = "loops" if self.device.type == "cpu" else "torch"
+        self.plan = dispatch.plan(spec)  # flow_loops or flow_torch: the one choice
+        self.implementation = self.plan.kernel.removeprefix("flow_")
         self.eta = spec.pretrain.step_size(ts.D)  # the step size whose flow time this is (step = tau / eta)
-        self.T = spec.pretrain.steps * self.eta
+        self.T = fs.flow_time or spec.pretrain.steps * self.eta
         self.scale = 1.0 / math.sqrt(token_width(spec.model, ts.d, ts.D)) if spec.model.score_scale == "sqrt" else 1.0
         self.tasks = [make_task(ts, *task_identity(spec, s)) for s in self.seeds]
         self.grid = record_times(self.T, fs.records_per_octave)
@@ -125,7 +125,7 @@ class FlowRun:
 
     @property
     def kernel(self) -> str:
-        return f"flow_{self.implementation}"
+        return self.plan.kernel
 
     def samples(self, seed: int) -> tuple[flow.Sample, flow.Sample]:
         """The seed's outer sample and its evaluation sample, drawn from generators of its identity."""
@@ -133,7 +133,7 @@ class FlowRun:
         fs = self.settings
         out = []
         for role, N in (("flow_sample", fs.samples), ("flow_eval", fs.eval_samples)):
-            s = flow.draw(self.d, self.D, N, torch_generator(*ident, role))
+            s = flow.draw(self.d, self.D, N, torch_generator(*ident, role), fs.sampler)
             out.append(flow.Sample(s.w.to(self.device), s.across.to(self.device)))
         return out[0], out[1]
 
@@ -280,6 +280,8 @@ class FlowRun:
         traj["algorithm"] = self.algorithm
         traj["kernel"] = self.kernel
         traj["optimizer"] = "flow"
+        traj["samples"] = self.settings.samples  # the measurement's precision: the flow check varies them
+        traj["rtol"] = self.settings.rtol
         attention = self._attention(traj.assign(_self=self_attention))
         resumed = int(resumed_tau / self.eta)
         return PretrainResult(self.params(states), self.tasks, traj, attention, status, diverged, resumed, wall)
@@ -287,8 +289,6 @@ class FlowRun:
     def _attention(self, traj: pd.DataFrame) -> pd.DataFrame:
         """The expected attention matrix [key, query] at the records nearest the attention checkpoints' flow
         times, in each task's frame: it is constant on the five orbits of the pairs (key, query)."""
-        from .recording import attention_steps
-
         p = self.spec.pretrain
         wanted = [self.eta * s for s in attention_steps(p.steps, p.attention_checkpoints)]
         rows, D = [], self.D
