@@ -273,21 +273,21 @@ def test_estimate_command(device):
 
 def test_estimate_merges_several_config_files_as_snakemake_does():
     """`groupsparse estimate --configfile base overlay`: the overlay's keys replace the base's, dict by dict
-    (configs/cluster/population_large_D.yaml adds D = 64 ... 128 to configs/population.yaml)."""
+    (configs/cluster/population_large_D.yaml adds D = 64 ... 128 to configs/population_gd.yaml)."""
     from groupsparse.commands.estimate import load_study
 
-    base, base_runs = load_study(str(REPO / "configs/population.yaml"))
-    merged, runs = load_study([REPO / "configs/population.yaml", REPO / "configs/cluster/population_large_D.yaml"])
+    base, base_runs = load_study(str(REPO / "configs/population_gd.yaml"))
+    merged, runs = load_study([REPO / "configs/population_gd.yaml", REPO / "configs/cluster/population_large_D.yaml"])
     assert merged["study_name"] == "population_large_D" and merged["pretrain"] == base["pretrain"]
     assert "scale_d10_D128" in runs and "scale_d10_D128" not in base_runs
     assert set(base_runs) <= set(runs)
     out = subprocess.run(
         [sys.executable, "-m", "groupsparse.cli", "estimate", "--brief", "--configfile",
-         "configs/population.yaml", "configs/cluster/population_large_D.yaml"],
+         "configs/population_gd.yaml", "configs/cluster/population_large_D.yaml"],
         cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "configs/population.yaml + configs/cluster/population_large_D.yaml: 40 runs" in out.stdout
+    assert "configs/population_gd.yaml + configs/cluster/population_large_D.yaml: 40 runs" in out.stdout
 
 
 def test_batch_by_D_sets_the_grids_batch_at_its_levels_and_names_a_wrong_one():
@@ -297,7 +297,7 @@ def test_batch_by_D_sets_the_grids_batch_at_its_levels_and_names_a_wrong_one():
     from groupsparse.commands.estimate import load_study
     from groupsparse.config.errors import ConfigError
 
-    files = [REPO / "configs/population.yaml", REPO / "configs/cluster/population_large_D.yaml"]
+    files = [REPO / "configs/population_gd.yaml", REPO / "configs/cluster/population_large_D.yaml"]
     merged, runs = load_study(files)
     batch = {name: run.spec["pretrain"]["batch"] for name, run in runs.items()}
     assert [batch[f"scale_d10_D{D}"] for D in (48, 64, 96, 128)] == [128, 32, 32, 32]

@@ -73,7 +73,7 @@ def test_a_study_gets_only_the_scaling_figures_it_has_data_for(tmp_path):
     from conftest import REPO
 
     assert scaling_figures(load_study(str(REPO / "config.yaml"))[1]) == list(SCALING_FIGURES)
-    population = scaling_figures(load_study(str(REPO / "configs/population.yaml"))[1])
+    population = scaling_figures(load_study(str(REPO / "configs/population_gd.yaml"))[1])
     assert not {"sample_complexity", "online_error", "ablations"} & set(population)
     assert {"convergence_time", "out_of_sample"} <= set(population)
     analysis = analyse(synthetic_trajectories(3.0, D_grid=(4, 8), seeds=2), None, settings(n_boot=50))

@@ -146,7 +146,7 @@ def test_no_run_history_on_the_front_page():
 def test_the_d64_slice_predicts_what_was_preregistered():
     """The README says the slice's fit levels rerun give the committed predictions bit for bit."""
     slice_ = pd.read_csv(REPO / "docs/population_D64/tables/predictions.csv")
-    pre = pd.read_csv(REPO / "docs/population/preregistered/predictions.csv")
+    pre = pd.read_csv(REPO / "docs/population_gd/preregistered/predictions.csv")
     on = ["group", "law", "kappa", "D"]
     both = slice_.merge(pre, on=on, suffixes=("", "_pre"))
     assert len(both) == len(slice_[slice_["D"].isin(pre["D"])]) > 0
@@ -245,7 +245,7 @@ def copied_repo(tmp_path):
 
 def test_a_missing_claim_stops_the_generator_naming_it(tmp_path):
     root = copied_repo(tmp_path)
-    path = root / "docs/population/tables/claims.csv"
+    path = root / "docs/population_gd/tables/claims.csv"
     claims = pd.read_csv(path)
     claims[claims["statement"] != "law_rate"].to_csv(path, index=False)
     with pytest.raises(FindingsError, match="0 claims with statement = 'law_rate'.*want one"):
@@ -410,13 +410,13 @@ def test_the_studies_page_has_a_row_per_shipped_study_read_from_its_provenance(t
     rows = lambda text: {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}  # noqa: E731
     before = rows(readme.studies_page(REPO))
     assert set(before) == {"study"} | {s.name for s in SHIPPED}
-    path = root / "docs/population/tables/provenance.json"
+    path = root / "docs/population_gd/tables/provenance.json"
     prov = json.loads(path.read_text())
     prov["git_commit"], prov["cpu"] = "abcdef0123", {"model": "A test CPU", "isa": ["sse4_2"]}
     path.write_text(json.dumps(prov))
     after = rows(readme.studies_page(root))
-    assert after["population"].endswith("| A test CPU (sse4_2) | abcdef0 |")
-    assert [k for k in before if before[k] != after[k]] == ["population"]
+    assert after["population_gd"].endswith("| A test CPU (sse4_2) | abcdef0 |")
+    assert [k for k in before if before[k] != after[k]] == ["population_gd"]
 
 
 def test_the_training_table_reads_each_variants_verdicts_from_its_tables(tmp_path):

@@ -99,7 +99,7 @@ def test_the_committed_headline_figures_are_the_tables_figures(committed_tables,
 def test_question1_takes_a_new_study_up_to_D_256(committed_tables, tmp_path):
     """The law figure is general: a study with levels and predictions at D = 128 and 256 shows them."""
     folder = tmp_path / "population_large" / "tables"
-    shutil.copytree(committed_tables / "population" / "tables", folder)
+    shutil.copytree(committed_tables / "population_gd" / "tables", folder)
     by_D = pd.read_csv(folder / "theorem_by_D.csv")
     grid = by_D[by_D["group"].isna() & (by_D["D"] == 48)]
     big = pd.concat([grid.assign(D=D, value=grid["value"] * 48 / D) for D in (128, 256)])
@@ -116,7 +116,7 @@ def test_question1_takes_a_new_study_up_to_D_256(committed_tables, tmp_path):
 def test_the_out_of_sample_titles_fit_and_name_the_runs_in_words():
     """The committed population study's figure: once cut mid-word ("... D=8: 0.5, D=)") with rows named
     grid, plain2048, plain512; now every title fits and says what ran, the code name beside the words."""
-    tables = DOCS / "population" / "tables"
+    tables = DOCS / "population_gd" / "tables"
     config = yaml.safe_load((tables / "config.yaml").read_text())
     kappas = config["scaling"]["analysis"]["kappas"]
     measured = levels_from_table(pd.read_csv(tables / "theorem_by_D.csv"), kappas)
@@ -207,7 +207,7 @@ def test_a_pretraining_only_placeholder_task_says_what_it_is():
     from groupsparse.figures.runs import describe
     from groupsparse.study.runs import expand
 
-    config = yaml.safe_load((DOCS / "population" / "tables" / "config.yaml").read_text())
+    config = yaml.safe_load((DOCS / "population_gd" / "tables" / "config.yaml").read_text())
     runs = expand(copy.deepcopy(config))
     title = describe(runs["base"].spec, "base", config)
     assert "100 steps" in title and "not a result of the study" in title

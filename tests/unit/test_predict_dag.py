@@ -1,5 +1,5 @@
 """The out-of-sample test cannot see what it is tested on: in the DAG of the pre-registered config
-(configs/population.yaml) the `predict` job reads the scaling runs with D <= fit_D_max (the grid's and
+(configs/population_gd.yaml) the `predict` job reads the scaling runs with D <= fit_D_max (the grid's and
 the stability variants', not the batch check's) and nothing else, while the claims job reads the
 larger-D runs too."""
 

@@ -65,14 +65,14 @@ def test_the_summary_of_each_shipped_study_fits_a_screen_and_answers_its_questio
 
     theorem = review.summary_lines(REPO / "docs" / "theorem")
     default = review.summary_lines(REPO / "docs" / "results")
-    population = review.summary_lines(REPO / "docs" / "population")
+    population = review.summary_lines(REPO / "docs" / "population_gd")
     for lines in (theorem, default, population):
         assert len(lines) <= review.SCREEN and all(len(line) <= 110 for line in lines[1:]), "\n".join(lines)
         assert lines[-1].startswith("  ") or lines[-1].startswith("problems")
     assert [line.split(". ")[0] for line in theorem if line[:2] in ("1.", "2.", "3.", "4.")] == ["2"]
     # question 1's law test, one line per kappa, as the population study's claims give it (typed columns)
     law = [line for line in population if line.startswith("  law test, population GD")]
-    claims = pd.read_csv(REPO / "docs" / "population" / "tables" / "claims.csv")
+    claims = pd.read_csv(REPO / "docs" / "population_gd" / "tables" / "claims.csv")
     grid = (claims["statement"] == "law_test") & claims["variant"].isna() & (claims["algorithm"] == "population")
     assert len(law) == int(grid.sum()) > 0
     text = "\n".join(default)

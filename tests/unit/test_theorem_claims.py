@@ -309,7 +309,7 @@ def test_a_step_size_check_runs_the_grid_at_a_scaled_eta_for_the_same_flow_time(
 
     from conftest import REPO
 
-    config = yaml.safe_load((REPO / "configs" / "population.yaml").read_text())
+    config = yaml.safe_load((REPO / "configs" / "population_gd.yaml").read_text())
     runs = expand(config)
     grid, half = runs["scale_d10_D16"].spec["pretrain"], runs["scale_d10_D16_batch128_eta0p5"].spec["pretrain"]
     assert runs["scale_d10_D16_batch128_eta0p5"].spec["variant"] == "batch128_eta0p5"

@@ -397,6 +397,13 @@ def prediction_runs():
     ]
 
 
+def external_predictions():
+    """scaling.analysis.external_predictions: committed tables, relative to the repository (this workflow's
+    parent folder) unless absolute."""
+    paths = (config.get("scaling") or {}).get("analysis", {}).get("external_predictions") or []
+    return [str(Path(p) if Path(p).is_absolute() else Path(workflow.basedir) / p) for p in paths]
+
+
 def prediction_inputs(wildcards):
     jobs = [{"run": r, "chunk": c} for r in prediction_runs() for c in RUNS[r].chunks]
     return outputs_of("pretrain", "trajectory", jobs)

@@ -12,6 +12,7 @@ rule predict:
     input:
         trajectories=prediction_inputs,
         spec=spec_input(scaling_spec_file()),
+        external=external_predictions(),
     output:
         predictions=f"{R}/tables/predictions.parquet",
         predictions_csv=report(
@@ -31,6 +32,7 @@ rule predict:
         runtime=10,
     shell:
         "groupsparse predict --trajectories {input.trajectories:q} --spec {input.spec:q}"
+        " --external {input.external:q}"
         " --out {output.predictions:q} --out-csv {output.predictions_csv:q} > {log:q} 2>&1"
 
 

@@ -4,9 +4,10 @@
   about it is the constant it needs there: kappa_c = max over D of tau_c(D) / D^3, tau_c(D) the
   geometric mean over seeds of the flow time eta x steps until min_j S[j*, j] >= 1 - exp(-c D).
   Over a finite range such a maximum always exists and often sits at the largest D, so the local
-  slopes of log tau_c on log D between neighbouring levels are printed beside it. Its interval is the
-  t interval (k - 1 degrees of freedom) of the mean log flow time at the level of the maximum,
-  divided by D^3 there (coverage: tests/unit/test_theorem_coverage.py).
+  slopes of log tau_c on log D between neighbouring levels are printed beside it. Its interval accounts
+  for its being a maximum: each level's t interval at confidence 1 - 0.05 / L (Bonferroni over the L
+  levels), the largest lower and upper ends (``stats.max_of_means_interval``; coverage:
+  tests/unit/test_theorem_coverage.py, where the level-of-the-maximum interval undercovers near ties).
 * The batch check: the grid's tasks at other batches, paired by seed. Per (d, D) and headline
   quantity (log flow time to the theorem's smallest target, log(1 - min attention) at each kappa)
   the paired difference from the grid's batch, against ``batch_tolerance``: the run reports whether
@@ -23,12 +24,13 @@ import numpy as np
 import pandas as pd
 
 from ..study.runs import is_check_variant
+from .flow_study import by_D_rows
 from .predict import rest_values
 from .rows import claim_row
 from .scaling_laws import MIN_ATTENTION, REACHED_AT_START, grid_rows
 from .settings import Settings
 from .statements import About, grid_text, setting_words
-from .stats import MIN_SEEDS, mean_interval
+from .stats import MIN_SEEDS, max_of_means_interval, mean_interval
 
 
 def _post_hoc(s: Settings) -> str:
@@ -70,13 +72,15 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings, algorithm: str = "batch")
             with np.errstate(divide="ignore"):
                 logs = np.log(h["flow_time"].to_numpy(float)) - 3 * math.log(D)
             m, lo, hi = mean_interval(logs)
-            levels.append((int(D), m, lo, hi, bool(h["censored"].any()), len(h)))
+            levels.append((int(D), m, lo, hi, bool(h["censored"].any()), len(h), logs))
         if not levels:
             continue
-        censored = [f"D={D}" for D, *_, cens, _ in levels if cens]
+        censored = [f"D={D}" for D, *_, cens, _, _ in levels if cens]
         D_max = max([D for D, *_ in levels] + list(at_start))
-        top = max(levels, key=lambda L: L[1])
-        D_top, m, lo, hi, _, k = top
+        # the largest level mean, its interval Bonferroni's over the levels (a maximum's: stats.max_of_means_interval)
+        m, lo, hi, top = max_of_means_interval([L[-1] for L in levels])
+        D_top, k = levels[top][0], levels[top][5]
+        levels = [L[:6] for L in levels]
         # a level reached at the start bounds its ratio from above: below the maximum it cannot be the maximum
         above = [D for D, bound in at_start.items() if bound >= math.exp(m)]
         censored += [f"D={D} (reached at the start)" for D in above]
@@ -110,7 +114,8 @@ def kappa_claims(crossings: pd.DataFrame, s: Settings, algorithm: str = "batch")
             blocker,
             f"d = {d}, c = {c:g}{_post_hoc(s)}, {_batches(g)}; tau_c(D) / D^3 (flow time eta x steps, geometric mean "
             f"over seeds) per level: {ratios}; local slopes of log tau_c on log D: {slope_text}; "
-            f"interval: the seeds' t interval at D = {D_top}"
+            f"interval: the largest of the levels' t intervals at confidence 1 - 0.05 / {len(levels)} (Bonferroni: "
+            f"it covers the largest mean over the {len(levels)} levels)"
             + (f"; censored: {', '.join(censored)}" if censored else "")
             + (
                 f"; the target lies below the start at D = {sorted(at_start)}, left out (its ratio is at most "
@@ -290,6 +295,7 @@ def by_D(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> pd.DataFra
                 [group, algo, d, D, int(g["batch"].max()), float(g["eta"].iloc[0]), len(g),
                  f"flow time until min attention >= 1 - exp(-{c:g} D)", m, lo, hi, bool(g["censored"].any())]
             )  # fmt: skip
+    rows += by_D_rows(traj, crossings, s)  # the flow's gaps, rates and time units (none without flow runs)
     return pd.DataFrame(rows, columns=BY_D_COLUMNS).sort_values(["quantity", "group", "d", "D"], ignore_index=True)
 
 

@@ -16,6 +16,7 @@ from ..io.tables import ANALYSED_COLUMNS
 from .ablations import ablation_table
 from .bound import algorithm_of, batch_claims, kappa_claims
 from .concentration import concentration_fits
+from .flow_study import mechanism_claims, reference_claims
 from .inputs import (
     BASELINE_METHOD,
     PRETRAINED_METHOD,
@@ -271,6 +272,8 @@ def analyse(
         + concentration_claims(records, s)
         + (prediction_claims(scaled, predictions, s) if predictions is not None and len(scaled) else [])
         + batch_claims(scaled, crossings, s)
+        + mechanism_claims(scaled, s)
+        + reference_claims(scaled, crossings, s)
         + stability_by_D(traj, s)
         + stability_claims(traj)
         + final_state_claims(traj, s)

@@ -28,7 +28,7 @@ from .concentration import rest_at
 from .laws import criterion_power, design, law_prediction
 from .scaling_laws import MIN_ATTENTION, flow_times, theorem_quantity
 from .settings import Settings
-from .statements import WHERE, About, grid_text, words
+from .statements import ALGORITHM_WORDS, WHERE, About, grid_text, words
 from .stats import CONFIDENCE, MIN_SEEDS, mean_interval
 
 GRID = ""  # the grid's own runs; every other group is a stability variant
@@ -103,12 +103,14 @@ def rest_values(traj: pd.DataFrame, kappas, s: Settings | None = None) -> pd.Dat
                     "reason": why,
                     "quantity": _quantity(c, column),
                     "algorithm": str(c["algorithm"].iloc[0]) if "algorithm" in c.columns else "batch",
+                    "samples": float(c["samples"].iloc[0]) if "samples" in c.columns else math.nan,
+                    "rtol": float(c["rtol"].iloc[0]) if "rtol" in c.columns else math.nan,
                     "batch": int(c["batch"].iloc[0]) if "batch" in c.columns else -1,
                     "eta": eta,
                 }
             )
     columns = ["group", "d", "D", "kappa", "seed", "flow_time", "log_rest", "reason", "quantity", "algorithm"]
-    return pd.DataFrame(rows, columns=columns + ["batch", "eta"])
+    return pd.DataFrame(rows, columns=columns + ["batch", "eta", "samples", "rtol"])
 
 
 def _quantity(c: pd.DataFrame, column: str) -> str:
@@ -209,8 +211,6 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
     """Rows for the claims table: per (group, d, kappa) and measured D > fit_D_max, the measurement
     against each law's prediction (descriptive); and per (group, d, kappa) the pre-registered verdict
     (the law with the smallest sum of absolute log errors over the tested D, lack of fit marked)."""
-    from .law_difference import law_difference_rows, law_rate_rows
-    from .rows import claim_row
 
     rows = []
     if not len(preds):
@@ -219,54 +219,70 @@ def prediction_claims(traj: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> l
     fit_values = values[values["D"] <= s.fit_D_max]
     values = values[values["D"] > s.fit_D_max]
     for (group, d, kappa), cell in values.groupby(["group", "d", "kappa"], sort=True):
-        p_cell = preds[(preds["group"] == group) & (preds["d"] == d) & (preds["kappa"] == kappa)]
-        if not len(p_cell):
+        p_all = preds[(preds["group"] == group) & (preds["d"] == d) & (preds["kappa"] == kappa)]
+        for (algorithm, fit_D_max), p_cell in p_all.groupby(["algorithm", "fit_D_max"], sort=True):
+            own = int(fit_D_max) == s.fit_D_max and algorithm == str(cell["algorithm"].iloc[0])
+            about = _group(group, d, kappa, p_cell, cell, own)
+            fit = fit_values[(fit_values["group"] == group) & (fit_values["d"] == d) & (fit_values["kappa"] == kappa)]
+            rows += _judged(cell, p_cell, about, fit if own else fit.iloc[:0], s)
+    return rows
+
+
+def _judged(cell: pd.DataFrame, p_cell: pd.DataFrame, about: About, fit: pd.DataFrame, s: Settings) -> list[dict]:
+    """One source of predictions (``p_cell``: laws fitted on one set of runs) against one group's
+    measurements (``cell``) at one (d, kappa): the out-of-sample rows, the verdict, the law differences
+    and (for the group's own fit, ``fit`` its fit levels) each law's rate."""
+    from .law_difference import law_difference_rows, law_rate_rows
+    from .rows import claim_row
+
+    rows = []
+    d, kappa = about.d, about.kappa
+    where = WHERE.format(**words("law_test", about))
+    errors, blockers, measured, level_stats = {}, [], {}, {}
+    for D, g in cell.groupby("D", sort=True):
+        p = p_cell[p_cell["D"] == D]
+        if not len(p):
             continue
-        about = _group(group, d, kappa, p_cell)
-        where = WHERE.format(**words("law_test", about))
-        errors, blockers, measured, level_stats = {}, [], {}, {}
-        for D, g in cell.groupby("D", sort=True):
-            p = p_cell[p_cell["D"] == D]
-            if not len(p):
-                continue
-            y = g["log_rest"].to_numpy(float)
-            m, lo, hi = mean_interval(y)
-            why = "; ".join(sorted(set(g.loc[~np.isfinite(y), "reason"]))) if not np.isfinite(y).all() else ""
-            measured[int(D)] = (m, lo, hi, why)
-            x = y[np.isfinite(y)]
-            level_stats[int(D)] = (m, float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan, x.size)
-            blockers += [f"D={D}: {why}"] if why else []
-            detail = []
-            for _, r in p.iterrows():
-                err = abs(m - r["log_rest"]) if np.isfinite(m) and np.isfinite(r["log_rest"]) else math.nan
-                errors.setdefault(r["law"], {})[int(D)] = err
-                inside = bool(r["log_low"] <= m <= r["log_high"]) if np.isfinite(m) else False
-                detail.append(
-                    f"{r['law']}: predicted {r['rest']:.4g} [{r['rest_low']:.4g}, {r['rest_high']:.4g}] "
-                    f"(|log error| {err:.3g}; interval {'holds' if inside else 'misses'} it)"
-                )
-            best = min(errors, key=lambda law: errors[law].get(int(D), math.inf)) if errors else ""
-            row = claim_row(
-                "out_of_sample",
-                replace(about, D=float(D), eta=float(g["eta"].iloc[0]), replicates=float(np.isfinite(y).sum())),
-                None,
-                math.exp(m) if np.isfinite(m) else math.nan,
-                math.exp(lo) if np.isfinite(lo) else math.nan,
-                math.exp(hi) if np.isfinite(hi) else math.nan,
-                why,
-                f"{where}; d = {d}, D = {D}, flow time {kappa * D**3:g}, {_eta_at(g)}, batch "
-                f"{int(g['batch'].max())}; measured: geometric mean over {np.isfinite(y).sum()} seeds of "
-                f"{g['quantity'].iloc[0]}, seeds' t interval; " + "; ".join(detail),
-                int(np.isfinite(y).sum()),
-                f"laws fitted on D <= {s.fit_D_max} alone (rule predict), each predicting D = {D}",
+        y = g["log_rest"].to_numpy(float)
+        m, lo, hi = mean_interval(y)
+        why = "; ".join(sorted(set(g.loc[~np.isfinite(y), "reason"]))) if not np.isfinite(y).all() else ""
+        measured[int(D)] = (m, lo, hi, why)
+        x = y[np.isfinite(y)]
+        level_stats[int(D)] = (m, float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.nan, x.size)
+        blockers += [f"D={D}: {why}"] if why else []
+        detail = []
+        for _, r in p.iterrows():
+            err = abs(m - r["log_rest"]) if np.isfinite(m) and np.isfinite(r["log_rest"]) else math.nan
+            errors.setdefault(r["law"], {})[int(D)] = err
+            inside = bool(r["log_low"] <= m <= r["log_high"]) if np.isfinite(m) else False
+            detail.append(
+                f"{r['law']}: predicted {r['rest']:.4g} [{r['rest_low']:.4g}, {r['rest_high']:.4g}] "
+                f"(|log error| {err:.3g}; interval {'holds' if inside else 'misses'} it)"
             )
-            row["verdict"] = "inconclusive" if why else "descriptive"
-            row["why"] = why or f"closest point prediction: {best}"
-            rows.append(row)
-        fit = fit_values[(fit_values["group"] == group) & (fit_values["d"] == d) & (fit_values["kappa"] == kappa)]
-        tested = replace(about, D_grid=grid_text(sorted(measured)), replicates=_fewest(level_stats))
-        rows.append(_verdict_row(tested, where, p_cell, errors, measured, blockers, fit, s))
-        rows += law_difference_rows(tested, level_stats, p_cell, blockers, s)
+        best = min(errors, key=lambda law: errors[law].get(int(D), math.inf)) if errors else ""
+        row = claim_row(
+            "out_of_sample",
+            replace(about, D=float(D), eta=float(g["eta"].iloc[0]), replicates=float(np.isfinite(y).sum())),
+            None,
+            math.exp(m) if np.isfinite(m) else math.nan,
+            math.exp(lo) if np.isfinite(lo) else math.nan,
+            math.exp(hi) if np.isfinite(hi) else math.nan,
+            why,
+            f"{where}; d = {d:.0f}, D = {D}, flow time {kappa * D**3:g}, {_eta_at(g)}, batch "
+            f"{int(g['batch'].max())}; measured: geometric mean over {np.isfinite(y).sum()} seeds of "
+            f"{g['quantity'].iloc[0]}, seeds' t interval; " + "; ".join(detail),
+            int(np.isfinite(y).sum()),
+            f"laws fitted on {about.fitted_on or f'D <= {s.fit_D_max}'} alone (rule predict), each predicting D = {D}",
+        )
+        row["verdict"] = "inconclusive" if why else "descriptive"
+        row["why"] = why or f"closest point prediction: {best}"
+        rows.append(row)
+    if not measured:
+        return rows
+    tested = replace(about, D_grid=grid_text(sorted(measured)), replicates=_fewest(level_stats))
+    rows.append(_verdict_row(tested, where, p_cell, errors, measured, blockers, fit, s))
+    rows += law_difference_rows(tested, level_stats, p_cell, blockers, s)
+    if len(fit):  # the group's own fit levels: each law's rate
         Ds, Y, censored = fit_levels(fit)
         rows += law_rate_rows(replace(about, replicates=float(Y.shape[-1]) if Y.size else 0.0), Ds, Y, censored, s)
     return rows
@@ -276,13 +292,22 @@ def _fewest(level_stats: dict) -> float:
     return float(min((k for *_, k in level_stats.values()), default=0))
 
 
-def _group(group: str, d, kappa, p_cell: pd.DataFrame) -> About:
-    """The typed columns of a group of runs in the law test: its algorithm, batch and step sizes."""
+def _group(group: str, d, kappa, p_cell: pd.DataFrame, cell: pd.DataFrame, own: bool) -> About:
+    """The typed columns of a group of runs in the law test: its algorithm, batch and step sizes (the flow:
+    its samples and tolerance), and where the laws were fitted when not on the group's own runs."""
+    algorithm = str(cell["algorithm"].iloc[0]) if "algorithm" in cell.columns else str(p_cell["algorithm"].iloc[0])
+    fitted = str(p_cell["algorithm"].iloc[0])
+    flow = algorithm == "flow"
     return About(
         variant=str(group),
-        algorithm=str(p_cell["algorithm"].iloc[0]),
-        batch=float(p_cell["batch"].max()),
-        eta_rule=str(p_cell["eta_rule"].iloc[0]),
+        algorithm=algorithm,
+        batch=float(p_cell["batch"].max()) if own else math.nan,
+        eta_rule=str(p_cell["eta_rule"].iloc[0]) if own else "",
+        samples=float(cell["samples"].iloc[0]) if flow and "samples" in cell.columns else math.nan,
+        rtol=float(cell["rtol"].iloc[0]) if flow and "rtol" in cell.columns else math.nan,
+        fitted_on=""
+        if own
+        else f"{ALGORITHM_WORDS.get(fitted, fitted)} runs with D <= {int(p_cell['fit_D_max'].max())}",
         d=float(d),
         kappa=float(kappa),
     )

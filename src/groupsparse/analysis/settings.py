@@ -29,6 +29,9 @@ class Settings:
     kappas: tuple[float, ...]  # concentration measured at flow time tau = eta x steps = kappa D^3
     fit_D_max: int  # the out-of-sample test fits on D <= this
     predict_D: tuple[int, ...]
+    external_predictions: tuple[str, ...]  # other studies' committed predictions tables, judged here too
+    reference_by_D: tuple[str, ...]  # population GD's committed by-D tables: the flow's check where both ran
+    gap_growth_tolerance: float  # the flow's mechanism claims: an exponent or rate difference within +-this
     laws: tuple[str, ...]
     law_criterion: str  # the out-of-sample test's criterion, one for every law
     lack_of_fit_alpha: float  # a law failing lack of fit at this level cannot pass out of sample
@@ -65,6 +68,9 @@ class Settings:
                 "kappas": tuple(float(x) for x in a["kappas"]),
                 "fit_D_max": int(a["fit_D_max"]),
                 "predict_D": tuple(int(x) for x in a["predict_D"]),
+                "external_predictions": tuple(str(x) for x in a.get("external_predictions", ())),
+                "reference_by_D": tuple(str(x) for x in a.get("reference_by_D", ())),
+                "gap_growth_tolerance": float(a.get("gap_growth_tolerance", 0.05)),
                 "laws": tuple(a["laws"]),
                 "law_criterion": str(a["law_criterion"]),
                 "lack_of_fit_alpha": float(a["lack_of_fit_alpha"]),

@@ -24,7 +24,7 @@ class Statement:
     template: str  # the claim's text, str.format'ed with the row's fields and :func:`words`
 
 
-WHERE = "{algorithm_words} ({variant_words}, batch {batch:.0f}, {eta_rule})"  # a group of runs in the law test
+WHERE = "{group_words}"  # a group of runs in the law test (its algorithm, settings and the fit's source)
 AT = "(accuracy {target:g}, downstream {downstream})"
 
 STATEMENTS: dict[str, Statement] = {
@@ -97,6 +97,27 @@ STATEMENTS: dict[str, Statement] = {
         "law_rate",
         f"law fit, {WHERE}: the {{subject}} law's rate c in exp(-c D) at flow time {{kappa:g}} D^3, fitted on D = "
         "{D_grid} (d = {d:.0f})",
+    ),
+    "gap_log_growth": Statement(
+        "mechanism",
+        1,
+        "gap_growth_exponent",
+        "{algorithm_words}: the score gap between j* and the other keys grows like log flow time late in the run "
+        "(D = {D:.0f}, d = {d:.0f})",
+    ),
+    "rest_follows_gap": Statement(
+        "mechanism",
+        1,
+        "rate_difference",
+        "{algorithm_words}: -log(1 - min attention) grows with log flow time as the score gap does (D = {D:.0f}, "
+        "d = {d:.0f})",
+    ),
+    "flow_vs_gd": Statement(
+        "flow_vs_gd",
+        1,
+        "flow_vs_gd",
+        "population gradient flow against population gradient descent at eta = {eta:.4g}: {quantity} (D = {D:.0f}, "
+        "d = {d:.0f})",
     ),
     "batch_check_rest": Statement(
         "batch_check",
@@ -240,6 +261,7 @@ class About:
     eta_rule: str = ""  # the group's step sizes as the predictions table prints them
     reference_batch: float = math.nan  # the batch check: the grid run's batch and step size
     reference_eta: float = math.nan
+    fitted_on: str = ""  # the law test: the runs the laws were fitted on where they are not this group's own
     samples: float = math.nan  # the flow (algorithm flow): its outer samples and solver tolerance
     rtol: float = math.nan
     reference_samples: float = math.nan  # the flow check: the grid run's
@@ -285,6 +307,21 @@ def setting_words(batch: float, eta: float, samples: float = math.nan, rtol: flo
     return f"batch {batch:.0f}" + (f", eta {eta:.4g}" if isinstance(eta, float) and math.isfinite(eta) else "")
 
 
+def group_words(f: dict) -> str:
+    """A group of runs in the law test: 'population gradient descent (grid, batch 128, eta(D): ...)', the
+    flow's 'population gradient flow (grid, N = 2048, rtol 1e-06)', and ', laws fitted on <runs>' where
+    its predictions come from other runs (another study's committed table)."""
+    algorithm = ALGORITHM_WORDS.get(f.get("algorithm", ""), f.get("algorithm", ""))
+    variant = "grid" if not f.get("variant") else f"variant {f['variant']}"
+    samples, rtol = f.get("samples", math.nan), f.get("rtol", math.nan)
+    if isinstance(samples, float) and math.isfinite(samples):
+        settings = setting_words(math.nan, math.nan, samples, rtol)
+    else:
+        settings = f"batch {f.get('batch', math.nan):.0f}, {f.get('eta_rule', '')}"
+    fitted = f", laws fitted on {f['fitted_on']}" if f.get("fitted_on") else ""
+    return f"{algorithm} ({variant}, {settings}{fitted})"
+
+
 def words(statement: str, about: About | dict) -> dict:
     """The fields a statement's template is filled with: the typed columns and the words made from them."""
     f = asdict(about) if isinstance(about, About) else dict(about)
@@ -296,6 +333,7 @@ def words(statement: str, about: About | dict) -> dict:
         "variant_words": "grid" if not f.get("variant") else f"variant {f['variant']}",
         "D_grid_or_none": f.get("D_grid") or "none",
         "check_words": "flow check" if f.get("algorithm") == "flow" else "batch check",
+        "group_words": group_words(f),
         "setting_words": setting_words(
             f.get("batch", math.nan), f.get("eta", math.nan), f.get("samples", math.nan), f.get("rtol", math.nan)
         ),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-STUDY_SEED = 20250411  # the shipped studies' root seed (config.yaml, configs/population.yaml)
+STUDY_SEED = 20250411  # the shipped studies' root seed (config.yaml, configs/population_gd.yaml)
 
 COLUMNS = {  # CSV column <- trajectory column
     "step": "step",

@@ -17,6 +17,13 @@ def register(sub) -> None:
         help="per-run pretraining trajectory tables of the grid runs with D <= scaling.analysis.fit_D_max "
         "(none: a study without such runs gets an empty predictions table)",
     )
+    p.add_argument(
+        "--external",
+        nargs="*",
+        default=[],
+        metavar="CSV",
+        help="other studies' committed predictions tables (scaling.analysis.external_predictions), added as they are",
+    )
     p.add_argument("--spec", required=True, help="analysis spec (JSON): scaling.analysis and ablations.analysis")
     p.add_argument("--out", required=True, help="output Parquet: the predictions table")
     p.add_argument("--out-csv", required=True, help="the predictions table as CSV")
@@ -40,6 +47,12 @@ def run(args) -> int:
         table = predictions(traj, settings) if traj is not None else pd.DataFrame(columns=PREDICTION_COLUMNS)
     except ValueError as exc:
         raise io.InputError(str(exc)) from None
+    external = [io.read_csv_table(path, PREDICTION_COLUMNS, "predictions table") for path in args.external]
+    if external:  # another study's laws, fitted on its own runs: its algorithm and fit_D_max name it
+        table = pd.concat([table, *external], ignore_index=True)[PREDICTION_COLUMNS]
+        table["group"] = table["group"].fillna("")
+        table["blocker"] = table["blocker"].fillna("")
+        inputs |= {path: None for path in args.external}
     prov = io.provenance(config_hash(asdict(settings)), "cpu", settings=asdict(settings), inputs=inputs)
     io.write_parquet(table, args.out, prov)
     io.write_text_atomic(args.out_csv, table.to_csv(index=False, float_format="%.6g"))

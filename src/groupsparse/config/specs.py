@@ -12,8 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, require  # noqa: F401 (ConfigError: re-exported, the error of every spec)
 from .schema import check_run_spec, schema_defaults
+from .subspace import FlowSpec, check_flow, check_population
 
 # Ranges, enums and defaults of the settings live in src/groupsparse/config/config.schema.yaml (see schema.py);
 # this module keeps the rules that tie several settings together.
@@ -31,7 +32,7 @@ _TASK = schema_defaults("task")
 _IMAGE_TASK = schema_defaults("task", kind="images")
 _MODEL = schema_defaults("model")
 _PRETRAIN = schema_defaults("pretrain")
-_FLOW = schema_defaults("flow")
+_FLOW = schema_defaults("flow")  # the flow's settings (subspace.FlowSpec): left out of a spec at their defaults
 _TOP = schema_defaults()
 _LABELS = schema_defaults("run_labels")
 
@@ -39,11 +40,6 @@ _LABELS = schema_defaults("run_labels")
 # Settings added after runs existed (see RunSpec.to_dict), by section.
 ADDED_SETTINGS = {"pretrain": ("eta_D_limit", "optimizer", "solver")}
 _SECTION_DEFAULTS = {"pretrain": _PRETRAIN}
-
-
-def require(cond: bool, key: str, msg: str) -> None:
-    if not cond:
-        raise ConfigError(f"{key}: {msg}")
 
 
 def _take(cls, raw: dict[str, Any] | None, where: str):
@@ -253,30 +249,6 @@ def step_size(eta: float, eta_D_limit: float | None, D: int) -> float:
 
 
 @dataclass(frozen=True)
-class FlowSpec:
-    """Population gradient flow's settings (pretrain.solver: flow; the schema's $defs/flow)."""
-
-    samples: int = _FLOW["samples"]
-    sampler: str = _FLOW["sampler"]
-    eval_samples: int = _FLOW["eval_samples"]
-    nodes: int = _FLOW["nodes"]
-    method: str = _FLOW["method"]
-    rtol: float = _FLOW["rtol"]
-    atol: float = _FLOW["atol"]
-    flow_time: float | None = _FLOW["flow_time"]
-    records_per_octave: int = _FLOW["records_per_octave"]
-    targets_c: tuple = tuple(_FLOW["targets_c"])
-    implementation: str = _FLOW["implementation"]
-
-    def validate(self, where: str = "pretrain.flow") -> None:
-        object.__setattr__(self, "targets_c", tuple(float(c) for c in self.targets_c))
-        if self.sampler == "sobol":  # a Sobol' sequence is balanced in blocks of powers of 2
-            for key in ("samples", "eval_samples"):
-                n = getattr(self, key)
-                require(n & (n - 1) == 0, f"{where}.{key}", f"must be a power of 2 with sampler: sobol, got {n}")
-
-
-@dataclass(frozen=True)
 class PretrainSpec:
     """Population gradient descent (defaults and their meaning: the schema's $defs/pretrain)."""
 
@@ -393,52 +365,6 @@ def _pretrain(raw: dict[str, Any] | None) -> PretrainSpec:
     raw = dict(raw or {})
     flow = _take(FlowSpec, raw.pop("flow", None), "pretrain.flow")
     return _take(PretrainSpec, raw | {"flow": flow}, "pretrain")
-
-
-def check_flow(spec: RunSpec) -> None:
-    """The flow integrates the subspace's coefficients in float64 over a Gaussian law without label noise
-    (the mirror X -> -X and the label sign(x_j* . v*) fold the integral over x_j* . v* onto t >= 0)."""
-    require(spec.dtype == "float64", "dtype", "pretrain.solver: flow computes in float64; set dtype: float64")
-    require(
-        spec.task.label_noise == 0,
-        "task.label_noise",
-        f"pretrain.solver: flow needs labels without noise, got {spec.task.label_noise}",
-    )
-    require(
-        spec.task.sigma_x == 1.0,
-        "task.sigma_x",
-        f"pretrain.solver: flow integrates the standard normal law, got sigma_x = {spec.task.sigma_x}",
-    )
-
-
-def check_population(spec: RunSpec) -> None:
-    """Population mode projects onto the subspace that the paper's data law and model keep from the zero
-    start: every setting that breaks one of those symmetries is refused here, naming it."""
-    t, m = spec.task, spec.model
-    require(t.kind == "synthetic", "task.kind", "pretrain.gradient: population needs a synthetic task")
-    require(
-        t.features == "gaussian",
-        "task.features",
-        "pretrain.gradient: population needs gaussian features (rotations fixing v* must keep the law), "
-        f"got {t.features}",
-    )
-    require(
-        t.relevant_groups == 1,
-        "task.relevant_groups",
-        f"pretrain.gradient: population needs one relevant group, got {t.relevant_groups}",
-    )
-    require(
-        m.is_paper_model and m.score_scale in ("none", "sqrt"),
-        "model",
-        "pretrain.gradient: population needs the paper model (positions: concat, attention: merged, layers: 1)",
-    )
-    require(m.init == "zero", "model.init", "pretrain.gradient: population starts from the zero start; use init: zero")
-    require(
-        t.d >= 2 and t.D >= 3,
-        "task.d",
-        f"pretrain.gradient: population needs d >= 2 and D >= 3 (every orbit of the subspace non-empty), "
-        f"got d = {t.d}, D = {t.D}",
-    )
 
 
 # The spec class of each task kind (the kind's other declarations: data/kinds.py).

@@ -147,8 +147,8 @@ def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
 
 
 # Vector-field evaluations of the flow's solver per octave of flow time (BDF at rtol 1e-6, its Jacobians'
-# included): about 86 at D = 16 to 2 D^3 and 64 at D = 64 to 0.5 D^3 in the pilot runs of 2026-12-07.
-FLOW_EVALUATIONS_PER_OCTAVE = 90
+# included): 93 at D = 16 and 99 at D = 64 to 32 D^3, N = 2048 and 4096, in the flow study (2026-12-07).
+FLOW_EVALUATIONS_PER_OCTAVE = 100
 
 
 def describe_flow(spec: dict, plan: dispatch.Plan, seeds: int, threads: int, eta: float) -> dict:

@@ -80,7 +80,7 @@ def describe(spec: dict | None, run: str, study: dict | None = None) -> str:
 
 def placeholder(spec: dict | None, study: dict | None) -> bool:
     """A named task of a study that runs scaling and no transfer: the schema needs one named task, and
-    such a study trains it only briefly (configs/population.yaml, configs/practitioners.yaml)."""
+    such a study trains it only briefly (configs/population_gd.yaml, configs/practitioners.yaml)."""
     if not spec or not study or spec.get("role", "task") != "task":
         return False
     scaling, transfer = study.get("scaling") or {}, study.get("transfer") or {}

@@ -134,7 +134,7 @@ def committed_studies(studies):
 
 def one_study(tables: Tables) -> dict[str, Tables]:
     """One study's tables standing for every study a question reads (a review, a study page)."""
-    return {name: tables for name in ("default", "population", "theorem")}
+    return {name: tables for name in ("default", "population_gd", "theorem")}
 
 
 def render(template: str, studies: dict[str, Tables], **extra) -> str:

@@ -1,7 +1,7 @@
 """Question 1: does gradient descent learn the theorem's selection, at the theorem's rate?
 
 The data of the answer (templates/question1.j2 words it), selected from the typed claims of the
-population study (configs/population.yaml: population gradient descent, each batch gradient projected
+population study (configs/population_gd.yaml: population gradient descent, each batch gradient projected
 onto the invariant subspace, at eta(D) = min(eta, eta_D_limit / D)) and of its D = 64 slice: the
 bound with its constant fixed in advance (kappa per c), the pre-registered law test with the difference
 between every two laws and each law's fitted rate, the batch and step-size checks, and plain batch
@@ -17,7 +17,7 @@ from .tables import FindingsError, Tables
 
 NUMBER = 1
 TITLE = "Does gradient descent learn the theorem's selection, at its rate?"
-STUDY = "population"
+STUDY = "population_gd"
 LARGEST_D = "population_D64"  # the population study's D = 64, a slice of its own (configs/slices/)
 FIGURE = "docs/figures/question1.png"
 PLAIN = "plain512"  # plain batch gradient descent beside population GD, up to D = 32

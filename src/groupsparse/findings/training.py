@@ -5,7 +5,7 @@ run reaches the theorem's level (min attention >= 1 - exp(-c D), the claims' ``r
 and at which step size, marked stable where eta < 8 / D (gradient descent at the zero start is
 linearly stable there, docs/STUDY.md section 3.1). The variants come from three studies: the theorem
 study's stability runs at eta = 0.5 (configs/theorem.yaml), the population study's plain batch gradient
-descent at eta(D) = min(0.5, 6/D) (configs/population.yaml), and the practitioners' sweep
+descent at eta(D) = min(0.5, 6/D) (configs/population_gd.yaml), and the practitioners' sweep
 (configs/practitioners.yaml, the slices that ran), each variant's settings read from its config.
 """
 
@@ -25,7 +25,7 @@ STUDIES = (
     "practitioners_D24_stable",
     "practitioners_D24",
     "theorem",
-    "population",
+    "population_gd",
 )
 FULL = "configs/practitioners.yaml"  # the sweep the practitioners_* studies are slices of
 STABLE_EDGE = 8.0  # gradient descent from the zero start is linearly stable for eta < 8 / D

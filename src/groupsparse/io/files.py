@@ -219,6 +219,24 @@ def read_parquet(path):
         ) from exc
 
 
+def read_csv_table(path, columns, what: str):
+    """A committed CSV table (e.g. docs/*/tables/predictions.csv) that must have ``columns``: a missing,
+    unreadable or foreign file is refused in one line naming it and what is wrong."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such {what}")
+    try:
+        table = pd.read_csv(path, keep_default_na=True)
+    except Exception as exc:  # pandas raises several types for malformed files
+        raise InputError(f"{path}: not a readable CSV {what} ({type(exc).__name__}: {exc})") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise InputError(f"{path}: not a {what} (missing column(s) {', '.join(missing[:5])})")
+    return table
+
+
 def read_provenance(path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 

@@ -290,6 +290,8 @@ def _flow_check_runs(config: dict, scaling: dict) -> dict[str, Run]:
                     pre["flow"] = deep_merge(pre.get("flow") or {}, {key: value})
                     if check.get("flow_time_per_D3"):  # a shorter check where the full length costs too much
                         pre["flow"]["flow_time"] = float(check["flow_time_per_D3"]) * D**3
+                    if check.get("seeds"):  # the grid's first seeds only (paired with theirs)
+                        pre["seeds"] = min(int(check["seeds"]), int(pre.get("seeds", config["pretrain"]["seeds"])))
                     entry = {
                         "data_identity": f"scale_d{check['d']}_D{D}",  # the grid run's tasks and samples
                         "task": base | {"d": check["d"], "D": D},

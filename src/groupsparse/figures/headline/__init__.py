@@ -43,7 +43,7 @@ __all__ = [
 # the committed study folders each question reads (docs/<folder>/tables), in order of precedence: a
 # level two folders both hold (the same run, as a slice reruns its parent's levels) is read from the first
 SOURCES = {
-    "question1": ("population", "population_D64"),
+    "question1": ("population_gd", "population_D64"),
     "question2": ("practitioners_small_D", "practitioners_D16", "practitioners_D24", "practitioners_D24_stable"),
     "question3": ("results",),
     "question4": ("results",),
