@@ -91,16 +91,16 @@ run groupsparse population --d 10 --D 16 --eta 0.5 --eta-D-limit 6 --steps 40 --
 
 # The other shipped studies: planned (a dry run parses and checks the whole config) and estimated.
 run snakemake -n > /dev/null
-for config in configs/theorem.yaml configs/population.yaml configs/practitioners.yaml configs/cifar10.yaml configs/paper.yaml configs/scaling.yaml configs/tiny.yaml; do
+for config in configs/theorem.yaml configs/population_gd.yaml configs/practitioners.yaml configs/cifar10.yaml configs/paper.yaml configs/scaling.yaml configs/tiny.yaml; do
   run snakemake -n --cores all --configfile "$config" > /dev/null
   run groupsparse estimate --configfile "$config" > /dev/null
 done
 run groupsparse estimate --configfile config.yaml
 # The overlays (a cluster's extension, a slice 2 cores afford), merged over their base config as the README's
 # commands merge them.
-for pair in "configs/population.yaml configs/cluster/population_large_D.yaml" \
+for pair in "configs/population_gd.yaml configs/cluster/population_large_D.yaml" \
   "configs/practitioners.yaml configs/cluster/practitioners_D32.yaml" \
-  "configs/population.yaml configs/slices/population_D64.yaml" \
+  "configs/population_gd.yaml configs/slices/population_D64.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_small_D.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_D16.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_D24_stable.yaml" \

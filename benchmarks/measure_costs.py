@@ -133,7 +133,7 @@ POINTS = [
     P("p_add_d10_D10_s3", 10, 10, 3, 300, 512, 2048, model={"positions": "add"}),
     P("p_2layers_d10_D10_s3", 10, 10, 3, 300, 512, 2048, model={"layers": 2}),
     P("p_digits_s5", 16, 8, 5, 300, 1024, 4096, sampling="iid", kind="images"),
-    # population mode from D = 24 on (configs/population.yaml, configs/cluster/population_large_D.yaml): the
+    # population mode from D = 24 on (configs/population_gd.yaml, configs/cluster/population_large_D.yaml): the
     # step from the subspace's coefficients (population_loops), at the configs' batches and step-size rule
     P("p_pop_d10_D24_s1", 10, 24, 1, 300000, 128, 8192, record_every=50000, pretrain=POPULATION),
     P("p_pop_d10_D48_s1", 10, 48, 1, 100000, 128, 8192, record_every=20000, pretrain=POPULATION),

@@ -108,7 +108,7 @@ def kernel_step(torch, trainer, kernel, active, steps: int) -> None:
 
 
 def population_config(large_d: bool = False) -> dict:
-    """configs/population.yaml, with configs/cluster/population_large_D.yaml merged over it (``large_d``) as
+    """configs/population_gd.yaml, with configs/cluster/population_large_D.yaml merged over it (``large_d``) as
     Snakemake merges two --configfile arguments."""
     import yaml
 

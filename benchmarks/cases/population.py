@@ -3,7 +3,7 @@
 Population mode (``pretrain.gradient: population``) projects each closed-form batch gradient onto the
 invariant subspace (``model/population.py``). Its runs come from the configs themselves
 (``study.runs.expand``): the D = 64, 96 and 128 points of configs/cluster/population_large_D.yaml, merged
-over configs/population.yaml as Snakemake merges two --configfile arguments (two replicates, kappa up to
+over configs/population_gd.yaml as Snakemake merges two --configfile arguments (two replicates, kappa up to
 2 in flow time at eta(D) = min(0.5, 6 / D), batch 32 from D = 64 on (scaling.batch_by_D), and the batch
 check at 4x the batch, 128, over the first quarter). Measured, one seed on one thread as a study job runs:
 
