@@ -397,11 +397,15 @@ def prediction_runs():
     ]
 
 
-def external_predictions():
-    """scaling.analysis.external_predictions: committed tables, relative to the repository (this workflow's
-    parent folder) unless absolute."""
-    paths = (config.get("scaling") or {}).get("analysis", {}).get("external_predictions") or []
+def committed_tables(key):
+    """scaling.analysis.<key> (external_predictions, reference_by_D): committed tables, relative to the
+    repository (the Snakefile's folder) unless absolute."""
+    paths = (config.get("scaling") or {}).get("analysis", {}).get(key) or []
     return [str(Path(p) if Path(p).is_absolute() else Path(workflow.basedir) / p) for p in paths]
+
+
+def external_predictions():
+    return committed_tables("external_predictions")
 
 
 def prediction_inputs(wildcards):

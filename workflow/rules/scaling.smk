@@ -42,6 +42,7 @@ rule scaling:
         transfer=rules.aggregate.output.transfer_tables[:1],
         spec=spec_input(scaling_spec_file()),
         predictions=rules.predict.output.predictions,
+        references=committed_tables("reference_by_D"),
     output:
         claims=f"{R}/tables/claims.parquet",
         claims_csv=report(
@@ -85,4 +86,5 @@ rule scaling:
         " --out-points {output.points:q} --out-crossings {output.crossings:q} --out-by-D {output.by_D:q}"
         " --out-claims-csv {output.claims_csv:q} --figures {params.figures:q}"
         " --figure-names {params.figure_names:q}"
-        " --spec {input.spec:q} --predictions {input.predictions:q} > {log:q} 2>&1"
+        " --spec {input.spec:q} --predictions {input.predictions:q}"
+        " --references {input.references:q} > {log:q} 2>&1"

@@ -44,6 +44,14 @@ def register(sub) -> None:
         help="analysis spec (JSON): the config's scaling.analysis and ablations.analysis, defaults filled",
     )
     p.add_argument(
+        "--references",
+        nargs="*",
+        default=None,
+        metavar="CSV",
+        help="population gradient descent's committed by-D tables (scaling.analysis.reference_by_D, resolved): "
+        "the flow's check where both ran",
+    )
+    p.add_argument(
         "--predictions",
         default=None,
         help="the predictions table of `groupsparse predict` (D <= fit_D_max): larger-D runs are judged against it",
@@ -94,7 +102,7 @@ def read_named(specs: list[str], what: str):
 
 
 def run(args) -> int:
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     import pandas as pd
 
@@ -108,6 +116,8 @@ def run(args) -> int:
     from ..io import files as io
 
     settings = Settings.read(args.spec)
+    if args.references is not None:  # the workflow's resolved paths of the spec's reference_by_D
+        settings = replace(settings, reference_by_D=tuple(args.references))
     traj, traj_inputs = read_named(args.trajectories, "trajectory")
     transfer, transfer_inputs = read_named(args.transfer, "transfer") if args.transfer else (None, {})
     predictions = io.read_parquet(args.predictions) if args.predictions else None
