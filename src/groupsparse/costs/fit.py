@@ -23,7 +23,16 @@ from .model import (
     transfer_mem_features,
     transfer_parts,
 )
-from .work import DTYPE_BYTES, Fit, describe_transfer, measured_methods, pretrain_bytes, pretrain_work, transfer_fits
+from .work import (
+    DTYPE_BYTES,
+    Fit,
+    describe_transfer,
+    flow_bytes,
+    measured_methods,
+    pretrain_bytes,
+    pretrain_work,
+    transfer_fits,
+)
 
 __all__ = [
     "DEFAULT_DATA",
@@ -49,6 +58,7 @@ MEASURED_PATHS = {
     "symmetric": ("symmetric", False, True),
     "symmetric_loops": ("symmetric_loops", False, True),
     "population_loops": ("symmetric_loops", True, True),
+    "flow_loops": ("flow_loops", True, True),  # steps: the flow's vector-field evaluations, batch: its samples
 }
 
 
@@ -68,11 +78,16 @@ def _pre_row(r: dict) -> dict:
     else:
         kernel, projected, antithetic = MEASURED_PATHS[r["path"]]
     plan = Plan(kernel, projected)
+    flow = kernel.startswith("flow")  # steps: its field evaluations; batch: its outer samples
     return {
         "dtype": r["dtype"],
         "kind": r.get("kind") or DEFAULT_KIND,
         **pretrain_work(plan, S, L, d, D, m, T, B, R, E, antithetic),
-        **pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, not plan.closed_form),
+        **(
+            flow_bytes(B, E, d, D, int(r["threads"]))
+            if flow
+            else pretrain_bytes(S, int(r["threads"]), L, DTYPE_BYTES[r["dtype"]], B, E, d, D, m, not plan.closed_form)
+        ),
         "cpu_s": float(r["user_s"]) + float(r["sys_s"]),
         "mem_mb": float(r["max_rss_mb"]),
     }

@@ -21,6 +21,7 @@ __all__ = [
     "describe_pretrain",
     "describe_transfer",
     "fit_work",
+    "flow_bytes",
     "measured_methods",
     "record_count",
     "transfer_fits",
@@ -89,14 +90,13 @@ def pretrain_work(
 ) -> dict:
     """FLOPs and draws of a pretraining job (S seeds x T steps of batch B, R records of E evaluation samples)
     by the dispatch's FLOP model of its plan, and the machine rate its step runs at (``Plan.rate``): the
-    evaluations are counted at that rate too. Antithetic batches draw half their samples."""
+    evaluations are counted at that rate too. Antithetic batches draw half their samples. The flow: T its
+    vector-field evaluations over its B outer samples, drawn once."""
     per_step = dispatch.step_flops(plan, B, D, d, m, L, antithetic)
     per_eval = dispatch.eval_flops(plan, D, d, m, L)
-    return {
-        "rate": plan.rate,
-        "flops": S * (T * per_step + R * E * per_eval),
-        "draws": S * T * B * D * d,
-    }
+    # a step-based run draws B samples a step; the flow its outer and evaluation samples once (not priced)
+    draws = 0 if plan.kernel.startswith("flow") else S * T * B * D * d
+    return {"rate": plan.rate, "flops": S * (T * per_step + R * E * per_eval), "draws": draws}
 
 
 def describe_pretrain(spec: dict, seeds: int, threads: int = 1) -> dict:
@@ -162,7 +162,6 @@ def describe_flow(spec: dict, plan: dispatch.Plan, seeds: int, threads: int, eta
     octaves = max(1.0, math.log2(max(T, 1.0) / 0.25))
     evaluations = math.ceil(FLOW_EVALUATIONS_PER_OCTAVE * octaves)
     records = math.ceil(f["records_per_octave"] * octaves) + 4
-    sample = (f["samples"] + f["eval_samples"]) * d * D * 8
     return {
         "job": "pretrain",
         "kind": t["kind"],
@@ -183,10 +182,22 @@ def describe_flow(spec: dict, plan: dispatch.Plan, seeds: int, threads: int, eta
         "sampling": "antithetic",
         **pretrain_work(plan, seeds, 1, d, D, d + D, evaluations, f["samples"], records, f["eval_samples"], True),
         "python_steps": evaluations + records,
-        # the samples of one seed at a time, and each thread's D x D blocks
-        "persistent_bytes": sample,
-        "transient_bytes": max(1, threads) * 4 * D * D * 8,
+        **flow_bytes(f["samples"], f["eval_samples"], d, D, threads),
     }
+
+
+def flow_bytes(samples: int, eval_samples: int, d: int, D: int, threads: int) -> dict:
+    """Bytes alive at once in a flow job: one seed's outer and evaluation samples in float64 (seeds run one
+    after another), and each thread's D x D blocks (the Gram matrix and its scratch) as its loops run."""
+    return {
+        "persistent_bytes": (samples + eval_samples) * d * D * 8 + FLOW_LIBRARY_BYTES,
+        "transient_bytes": max(1, threads) * 2 * D * D * 8,
+    }
+
+
+# what a flow job loads besides a step-based one's (scipy.integrate, numba's parallel loops): its jobs peaked
+# at 480-580 MB where the model without it gave 390-420 (benchmarks/costs/pretrain.tsv, p_flow_* rows)
+FLOW_LIBRARY_BYTES = 100 * 2**20
 
 
 def pretrain_bytes(

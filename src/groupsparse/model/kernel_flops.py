@@ -73,8 +73,10 @@ def population_loops_flops(B: int, D: int, d: int) -> int:
 
 
 def flow_sample_flops(D: int, d: int, nodes: int = 32) -> int:
-    """FLOPs of one outer sample of the flow's field (``flow_loops``): the Gram matrix of the features across
-    v* (2 (d - 1) D^2), the scores, exponentials and five weighted sums over the D x D block (an exponential
-    counted as 20), then per node of t (``nodes`` and about 12 of the margin's root) O(D) work for the D - 1
-    queries and query j*."""
-    return 2 * (d - 1) * D * D + 32 * D * D + (nodes + 12) * 40 * D
+    """Work units of one outer sample of the flow's field (``flow_loops``), in the shape of its measured CPU
+    time (d = 10, 32 nodes, 2026-12-07: 0.019, 0.073 and 0.55 ms at D = 16, 64 and 256, side by side in one
+    process): the Gram matrix of the features across v* (2 (d - 1) D^2) and the scores, exponentials and
+    five weighted sums over the D x D block (32 D^2); per node of t (``nodes``, and about 12 of the
+    margin's root) O(D) work, its exponentials and sigmoids unvectorised (135 D); and a fixed part per
+    sample (its scratch arrays, the quadrature's set-up: 60,000)."""
+    return 2 * (d - 1) * D * D + 32 * D * D + (nodes + 12) * 135 * D + 60_000
