@@ -401,7 +401,10 @@ def committed_tables(key):
     """scaling.analysis.<key> (external_predictions, reference_by_D): committed tables, relative to the
     repository (the Snakefile's folder) unless absolute."""
     paths = (config.get("scaling") or {}).get("analysis", {}).get(key) or []
-    return [str(Path(p) if Path(p).is_absolute() else Path(workflow.basedir) / p) for p in paths]
+    return [
+        str(Path(p) if Path(p).is_absolute() else Path(workflow.basedir) / p)
+        for p in paths
+    ]
 
 
 def external_predictions():
