@@ -17,9 +17,9 @@ from groupsparse.data import kinds
 from groupsparse.io import files as io
 from groupsparse.io import report as report_text
 from groupsparse.io import tables as names
-from groupsparse.study import outputs, preflight
+from groupsparse.study import jobstate, outputs, preflight, stopping
 from groupsparse.study.runs import is_check_variant
-from snakemake.io import apply_wildcards
+from snakemake.io import apply_wildcards, is_flagged
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
@@ -164,6 +164,28 @@ def written_files():
     return [f for f in files if Path(R) in Path(f).parents]
 
 
+def jobs_record():
+    """Every job of the study with its outputs, log and benchmark (results/<study>/jobs.json, written when
+    a run starts): what `groupsparse status` and the end lines read (groupsparse.study.jobstate).
+    """
+    jobs = {}
+    for rule, wildcards in study_jobs().items():
+        each = getattr(rules, rule)
+        templates = flat(list(each.output))
+        # the rule's own outputs keep their flags (the proxy's, used as later rules' inputs, lose them)
+        temp = [str(t) for t in workflow.get_rule(rule).output if is_flagged(t, "temp")]
+        for w in wildcards:
+            log = apply_wildcards(str(each.log[0]), w)
+            jobs[str(Path(log).relative_to(f"{R}/logs").with_suffix(""))] = {
+                "rule": rule,
+                "outputs": [apply_wildcards(str(t), w) for t in templates],
+                "temp": [apply_wildcards(t, w) for t in temp],
+                "log": log,
+                "benchmark": apply_wildcards(str(each.benchmark), w),
+            }
+    return jobstate.jobs_record(jobs)
+
+
 def all_spec_files():
     """Every spec file of the study (a job's spec, the study's, the analysis')."""
     files = [STUDY_FILE] + ([scaling_spec_file()] if scaling_enabled() else [])
@@ -249,12 +271,22 @@ def data_inputs(run):
     return kind_of_run(run).data_folders(RUNS[run].spec["task"])
 
 
-def rerun_command(options=""):
-    """The snakemake command of this study (--configfile last: it takes every argument after it)."""
-    files = " ".join(str(f) for f in workflow.overwrite_configfiles or [])
-    return " ".join(
-        ["snakemake", options] + ([f"--configfile {files}"] if files else [])
-    ).replace("  ", " ")
+# --- stopping: a signal to snakemake reaches its running jobs (study/stopping.py) ---------------
+
+
+def running_job_shells():
+    """The pids of the shells snakemake runs the local jobs in (none under a cluster executor, whose
+    own cancel reaches the jobs)."""
+    from snakemake.shell import shell as snakemake_shell
+
+    return [p.pid for p in list(getattr(snakemake_shell, "_processes", {}).values())]
+
+
+# A job's shell waits for its job and exits as the job does when it gets SIGTERM (a terminal's or a
+# scheduler's signal to the whole process group): bash would otherwise exit at once, leave the job
+# running on its own, and snakemake would take the job for stopped while it still saves its state.
+if Path(shell.get_executable() or "").name == "bash":
+    shell.prefix("set -euo pipefail; trap : TERM; ")
 
 
 def check_report_captions():
@@ -420,6 +452,35 @@ def check_written_paths():
             f"snakemake: cannot run the study: {problem}", file=sys.stderr, flush=True
         )
         raise SystemExit(1)
+
+
+# A folder handed over (its study_config.json deleted, as the refusal of another config's study_name says)
+# holds tables no check of this config has read; a normal run rereads a table it reruns, but snakemake
+# reruns nothing downstream of the owner's new record, so the handed-over tables are checked here.
+def check_handed_over_tables():
+    if Path(OWNER_FILE).exists():
+        return
+    kinds = [("trajectory", all_trajectories()), ("attention", all_attention())]
+    kinds.append(("transfer", all_transfer_tables()))
+    problem = preflight.tables_problem(
+        [(kind, p) for kind, paths in kinds for p in paths if Path(p).exists()]
+    )
+    if problem:
+        print(
+            f"snakemake: cannot run the study: {problem} (a folder handed over: its tables are checked first)",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(1)
+
+
+def run_outputs():
+    """The outputs of every job of this run's DAG (temporary ones left out), by rule: what "done" means."""
+    by_rule = {}
+    for job in workflow.dag.jobs:
+        files = [str(f) for f in job.output if not is_flagged(f, "temp")]
+        by_rule.setdefault(job.rule.name, []).extend(files)
+    return by_rule
 
 
 STUDY_FILE = spec_file("study", STUDY_JSON)

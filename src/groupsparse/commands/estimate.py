@@ -14,10 +14,13 @@ from pathlib import Path
 
 
 def register(sub) -> None:
+    from ._args import InputFile
+
     p = sub.add_parser("estimate", help="estimate the time and memory of a planned study (no job is run)")
     p.add_argument(
         "--configfile",
         nargs="+",
+        type=InputFile(),
         default=["config.yaml"],
         help="study config (default: config.yaml); several are merged in order, as snakemake merges them",
     )

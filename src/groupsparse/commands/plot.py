@@ -6,10 +6,12 @@ from pathlib import Path
 
 
 def register(sub) -> None:
+    from ._args import NAME, InputFolder, OutputFolder
+
     p = sub.add_parser("plot", help="figures of one run (PNG and PDF) from results/<study>/tables")
-    p.add_argument("--tables", required=True, help="folder with the aggregated tables")
-    p.add_argument("--run", required=True, help="run name, e.g. base")
-    p.add_argument("--outdir", required=True, help="folder for this run's figures")
+    p.add_argument("--tables", type=InputFolder(), required=True, help="folder with the aggregated tables")
+    p.add_argument("--run", type=NAME, required=True, help="run name, e.g. base")
+    p.add_argument("--outdir", type=OutputFolder(), required=True, help="folder for this run's figures")
     p.add_argument(
         "--kind",
         choices=["pretrain", "transfer"],

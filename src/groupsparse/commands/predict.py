@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import InputFile, OutputFile
+
     p = sub.add_parser(
         "predict",
         help="fit 1 - min attention at kappa D^3 on the grid runs with D <= fit_D_max (power and exponential "
@@ -12,14 +14,17 @@ def register(sub) -> None:
     p.add_argument(
         "--trajectories",
         nargs="*",
+        type=InputFile(),
         default=[],
         metavar="PATH",
         help="per-run pretraining trajectory tables of the grid runs with D <= scaling.analysis.fit_D_max "
         "(none: a study without such runs gets an empty predictions table)",
     )
-    p.add_argument("--spec", required=True, help="analysis spec (JSON): scaling.analysis and ablations.analysis")
-    p.add_argument("--out", required=True, help="output Parquet: the predictions table")
-    p.add_argument("--out-csv", required=True, help="the predictions table as CSV")
+    p.add_argument(
+        "--spec", type=InputFile(), required=True, help="analysis spec (JSON): scaling.analysis and ablations.analysis"
+    )
+    p.add_argument("--out", type=OutputFile(), required=True, help="output Parquet: the predictions table")
+    p.add_argument("--out-csv", type=OutputFile(), required=True, help="the predictions table as CSV")
     p.set_defaults(func=run)
 
 
