@@ -38,8 +38,11 @@ onstart:
     if (
         local_cores() is not None
     ):  # a cluster run has no total of cores: each job asks for its own
+        # the jobs snakemake will run, counted as its progress lines count them
         print(
-            calibrate.study_estimate_line(RUNS, config, local_cores(), R),
+            calibrate.study_estimate_line(
+                RUNS, config, local_cores(), R, jobs_to_run(), len(workflow.dag)
+            ),
             file=sys.stderr,
         )
     # from here a SIGINT or SIGTERM to snakemake alone reaches the running jobs too (study/stopping.py)

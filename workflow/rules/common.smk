@@ -18,6 +18,8 @@ from groupsparse.io import files as io
 from groupsparse.io import report as report_text
 from groupsparse.io import tables as names
 from groupsparse.study import jobstate, outputs, preflight, stopping
+from groupsparse.study.jobs import KIND_FIGURE_RULES, has_analysis, spec_stems
+from groupsparse.study.jobs import study_jobs as study_jobs_of
 from groupsparse.study.runs import is_check_variant
 from snakemake.io import apply_wildcards, is_flagged
 
@@ -113,33 +115,11 @@ _JOBS = {}
 
 
 def _study_jobs():
-    named = figure_runs()
-    return {
-        "results_owner": [{}],
-        "spec": [spec_wildcards(path) for path in all_spec_files()],
-        "pretrain": [
-            {"run": r, "chunk": c} for r, run in RUNS.items() for c in run.chunks
-        ],
-        "transfer": [
-            {"run": r, "chunk": c, "group": g}
-            for r, run in RUNS.items()
-            if run.transfer is not None
-            for c in run.chunks
-            for g in run.method_groups
-        ],
-        "check_tables": [{}],
-        "aggregate": [{}],
-        "figures": [{"run": r} for r in named],
-        "transfer_figure": [{"run": r} for r in named if RUNS[r].transfer is not None],
-        "predict": [{}] if scaling_enabled() else [],
-        "scaling": [{}] if scaling_enabled() else [],
-        "review": [{}],
-    } | {  # the task kinds' own figure rules (data.kinds: image_figures), one job per named run
-        figure_rule: [
-            {"run": r} for r in named if figure_rule in kind_of_run(r).figure_rules
-        ]
-        for figure_rule in KIND_FIGURE_RULES
-    }
+    listed = study_jobs_of(
+        RUNS
+    )  # groupsparse.study.jobs: also what `groupsparse estimate` counts
+    listed["spec"] = [spec_wildcards(path) for path in all_spec_files()]
+    return listed
 
 
 def flat(items):
@@ -187,13 +167,17 @@ def jobs_record():
 
 
 def all_spec_files():
-    """Every spec file of the study (a job's spec, the study's, the analysis')."""
-    files = [STUDY_FILE] + ([scaling_spec_file()] if scaling_enabled() else [])
-    for r, run in RUNS.items():
-        files.append(pretrain_spec_file(r))
-        if run.transfer is not None:
-            files.append(transfer_spec_file(r))
-    return files
+    """Every spec file of the study (a job's spec, the study's, the analysis'), in study.jobs' order."""
+    return [spec_file(stem, spec_text(stem)) for stem in spec_stems(RUNS)]
+
+
+def spec_text(stem):
+    if stem == "study":
+        return STUDY_JSON
+    if stem == "analysis":
+        return SCALING_SPEC_JSON
+    run, kind = stem.rsplit(".", 1)
+    return RUNS[run].spec_json if kind == "pretrain" else RUNS[run].transfer_json()
 
 
 def spec_wildcards(path):
@@ -238,11 +222,6 @@ def as_report_table(path):
 
 def kind_of_run(run):
     return kinds.kind_of(RUNS[run].spec["task"])
-
-
-KIND_FIGURE_RULES = tuple(
-    dict.fromkeys(rule for kind in kinds.KINDS.values() for rule in kind.figure_rules)
-)
 
 
 def figure_runs():
@@ -438,7 +417,7 @@ SCALING_FIGURES = names.scaling_figures(RUNS)  # those the study has data for
 
 
 def scaling_enabled():
-    return any(run.role in ("scaling", "ablation") for run in RUNS.values())
+    return has_analysis(RUNS)
 
 
 # --- every path the study writes: absent or of the right type, checked before anything is written
@@ -460,11 +439,10 @@ def check_written_paths():
 def check_handed_over_tables():
     if Path(OWNER_FILE).exists():
         return
-    kinds = [("trajectory", all_trajectories()), ("attention", all_attention())]
-    kinds.append(("transfer", all_transfer_tables()))
-    problem = preflight.tables_problem(
-        [(kind, p) for kind, paths in kinds for p in paths if Path(p).exists()]
-    )
+    tables = [("trajectory", p) for p in all_trajectories()]
+    tables += [("attention", p) for p in all_attention()]
+    tables += [("transfer", p) for p in all_transfer_tables()]
+    problem = preflight.tables_problem([(k, p) for k, p in tables if Path(p).exists()])
     if problem:
         print(
             f"snakemake: cannot run the study: {problem} (a folder handed over: its tables are checked first)",
@@ -472,6 +450,15 @@ def check_handed_over_tables():
             flush=True,
         )
         raise SystemExit(1)
+
+
+def jobs_to_run():
+    """The jobs this run will run, keyed as their logs (results/<study>/logs/<key>.log)."""
+    keys = []
+    for job in workflow.dag.needrun_jobs():
+        if job.log and Path(R) / "logs" in Path(str(job.log[0])).parents:
+            keys.append(str(Path(str(job.log[0])).relative_to(f"{R}/logs").with_suffix("")))
+    return keys
 
 
 def run_outputs():

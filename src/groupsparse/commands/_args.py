@@ -334,9 +334,13 @@ class JsonObject(Domain):
 
     what = "a JSON object, or @file.json / @file.yaml"
 
-    def __init__(self, validate=None, inline: bool = True, text: bool = False, bare_files: bool = False):
-        # text: return the given text itself; bare_files: a path without the @ names a file too
+    def __init__(
+        self, validate=None, inline: bool = True, text: bool = False, bare_files: bool = False, checked_later=False
+    ):
+        # text: return the given text itself; bare_files: a path without the @ names a file too;
+        # checked_later: the command's check() validates the object (a run spec), before any work
         self.validate, self.inline, self.text, self.bare_files = validate, inline, text, bare_files
+        self.checked_later = checked_later
 
     def parse(self, text: str) -> dict | str:
         if text.startswith("@") or (self.bare_files and not text.lstrip().startswith(("{", "["))):
@@ -376,7 +380,8 @@ class JsonObject(Domain):
     def bad_values(self, tmp: Path) -> list[str]:
         (tmp / "broken.json").write_text("{")
         bad = ["@" + str(tmp / "no_such_spec.json"), "@" + str(tmp / "broken.json"), "[]"]
-        return bad + (["{", '{"task": 7}'] if self.inline else [])
+        bad += ["{", "not json"] if self.inline else ["{}"]
+        return bad + (['{"task": 7}'] if self.validate is not None or self.checked_later else [])
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -56,19 +56,33 @@ def _perturbed(value):
 def arguments_reaching(args: argparse.Namespace, key: str) -> list[str]:
     """The options whose value reaches ``key`` of the specs ``args.specs_of`` builds (found by changing
     each argument in turn: nothing to declare, so an argument added later is found the same way)."""
+    return [option_of(args, dest) for dest in vars(args) if key in keys_reached_by(args, dest)]
+
+
+def spec_keys(spec: dict, prefix: str = "") -> list[str]:
+    """The dotted keys of a spec's values (``task.D``, ``pretrain.eta``, ...)."""
+    keys = []
+    for name, value in spec.items():
+        keys += spec_keys(value, f"{prefix}{name}.") if isinstance(value, dict) else [f"{prefix}{name}"]
+    return keys
+
+
+def keys_reached_by(args: argparse.Namespace, dest: str) -> list[str]:
+    """The keys of the specs ``args.specs_of`` builds that change when argument ``dest`` does."""
     import copy
 
-    base = [_value_at(s, key) for s in args.specs_of(args)]
-    named = []
-    for dest, value in vars(args).items():
-        if dest in ("func", "specs_of", "check", "command", "debug") or callable(value):
-            continue
-        changed = copy.copy(args)
-        setattr(changed, dest, _perturbed(value))
-        with contextlib.suppress(Exception):
-            if [_value_at(s, key) for s in args.specs_of(changed)] != base:
-                named.append(option_of(args, dest))
-    return named
+    value = getattr(args, dest)
+    if dest in ("func", "specs_of", "check", "command", "debug") or callable(value):
+        return []
+    base = args.specs_of(args)
+    changed = copy.copy(args)
+    setattr(changed, dest, _perturbed(value))
+    try:
+        other = args.specs_of(changed)
+    except Exception:  # noqa: BLE001  (a value the spec builder cannot take: it reaches the spec somewhere)
+        return sorted({k for s in base for k in spec_keys(s)})
+    keys = sorted({k for s in base + other for k in spec_keys(s)})
+    return [k for k in keys if [_value_at(s, k) for s in base] != [_value_at(s, k) for s in other]]
 
 
 def option_of(args: argparse.Namespace, dest: str) -> str:

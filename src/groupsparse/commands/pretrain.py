@@ -14,7 +14,7 @@ def register(sub) -> None:
     p = sub.add_parser("pretrain", help="pretrain the paper's transformer for a chunk of seeds")
     p.add_argument(
         "--spec",
-        type=JsonObject(),
+        type=JsonObject(checked_later=True),
         required=True,
         help="run spec as JSON, or @file.json/@file.yaml "
         "(keys: study_seed, task_name, task, model, pretrain, dtype, device, run_name, role, variant)",
@@ -57,7 +57,10 @@ def check(args) -> None:
     from ..config.errors import ConfigError
     from ._specs import memory_problem
 
-    args.spec = validated_spec(args)
+    try:
+        args.spec = validated_spec(args)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (in --spec)") from None
     problem = memory_problem([args.spec], len(args.seeds))
     if problem:
         raise ConfigError(f"--spec, --seeds: {problem}")

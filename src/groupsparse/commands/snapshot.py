@@ -11,7 +11,12 @@ def register(sub) -> None:
     from ._args import POSITIVE, POSITIVE_INT, InputFolder, OutputFile, OutputFolder
 
     p = sub.add_parser("snapshot", help="write a finished study's results to the docs and the README's findings")
-    p.add_argument("--results", type=InputFolder(), default="results/default", help="a finished study's results folder")
+    p.add_argument(
+        "--results",
+        type=InputFolder(missing_ok=True),
+        default="results/default",
+        help="a finished study's results folder",
+    )
     p.add_argument(
         "--docs",
         type=OutputFolder(),

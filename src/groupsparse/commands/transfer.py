@@ -32,7 +32,10 @@ def check(args) -> None:
     from ..transfer.spec import check_grid
     from ._specs import machine_memory_mb
 
-    args.spec = run_spec, spec = validated_specs(args)
+    try:
+        args.spec = run_spec, spec = validated_specs(args)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (in --spec)") from None
     check_grid(args.methods, args.sizes, spec)
     need = transfer_cost(run_spec.to_dict(), spec.to_dict(), args.methods, args.sizes, 1, "cpu").mem_mb
     machine = machine_memory_mb()
@@ -53,7 +56,7 @@ def register(sub) -> None:
     p = sub.add_parser("transfer", help="fine-tune a pretrained checkpoint and fit baselines at many sample sizes")
     p.add_argument(
         "--spec",
-        type=JsonObject(),
+        type=JsonObject(checked_later=True),
         required=True,
         help='{"run": <RunSpec of the pretraining run>, "transfer": <TransferSpec>} as JSON, or @file',
     )
