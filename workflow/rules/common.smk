@@ -457,7 +457,9 @@ def jobs_to_run():
     keys = []
     for job in workflow.dag.needrun_jobs():
         if job.log and Path(R) / "logs" in Path(str(job.log[0])).parents:
-            keys.append(str(Path(str(job.log[0])).relative_to(f"{R}/logs").with_suffix("")))
+            keys.append(
+                str(Path(str(job.log[0])).relative_to(f"{R}/logs").with_suffix(""))
+            )
     return keys
 
 
