@@ -107,7 +107,13 @@ def run(args) -> int:
     trainer = Trainer(spec, args.seeds, resume_path=args.resume_state, resume_every=args.resume_every)
     print(f"  {trainer.algorithm} gradient descent, kernel {trainer.plan.kernel}", flush=True)
     bar = Progress(spec.pretrain.steps, "steps")
-    res = trainer.run(progress=lambda step, loss: bar.update(step))
+
+    def progress(step, loss):
+        if bar.first is None and step > 0:  # the first step of this process: a saved state was loaded
+            print(f"  continuing from its saved state at step {step}", flush=True)
+        bar.update(step)
+
+    res = trainer.run(progress=progress)
     if res.resumed_from_step:
         print(f"  resumed from saved state at step {res.resumed_from_step}", flush=True)
     prov = io.provenance(

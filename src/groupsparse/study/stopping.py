@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -75,6 +77,12 @@ def stop_requested() -> str | None:
     return _requested["signal"]
 
 
+def _keep_stopping(running_shells: Callable[[], Iterable[int]], every_s: float = 0.5) -> None:
+    while True:
+        time.sleep(every_s)
+        stop_jobs(running_shells())
+
+
 def forward_stop_signals(running_shells: Callable[[], Iterable[int]], local: bool = True) -> None:
     """From now on, SIGINT and SIGTERM to this snakemake are passed on to its running jobs
     (``running_shells()``: the pids of their shells), then snakemake stops as its SIGTERM handler (the
@@ -93,6 +101,9 @@ def forward_stop_signals(running_shells: Callable[[], Iterable[int]], local: boo
         if _requested["signal"] is not None:
             return
         _requested["signal"] = signal.Signals(signum).name
+        # again every half second until snakemake exits: a job whose shell had not started it yet (its
+        # shell traps TERM and goes on) gets the request once it runs (a job takes only the first)
+        threading.Thread(target=_keep_stopping, args=(running_shells,), daemon=True).start()
         previous = graceful or before[signum]
         if callable(previous):
             previous(signum, frame)  # the scheduler's graceful exit, or snakemake's own SIGINT path
