@@ -66,7 +66,7 @@ def _job(results, name, log_text, benchmark=False, age=0.0):
 def test_status_of_a_study_without_jobs_json_reads_its_logs_never_their_ages(tmp_path, capsys):
     """A study whose runs predate results/<study>/jobs.json: done where snakemake wrote the benchmark, failed
     where the log names an error, else unfinished, whatever the log's age (groupsparse.study.jobstate reads
-    studies with jobs.json: tests/unit/test_status.py)."""
+    studies with jobs.json: tests/unit/test_stopping.py)."""
     results = tmp_path / "results" / "study"
     _job(results, "pretrain/base/seeds0-4", "progress: 3000/3000 steps (100%), 30s elapsed\n", benchmark=True)
     _job(results, "pretrain/big/seeds0-4", "x\nprogress: 1200/3000 steps (40%), 12s elapsed, about 18s left\n")

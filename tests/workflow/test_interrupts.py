@@ -119,7 +119,8 @@ def start(workdir: Path, config: Path, *extra: str, cores: int = 2) -> subproces
 
 
 def output_of(proc: subprocess.Popen) -> str:
-    proc.log.flush()
+    if not proc.log.closed:
+        proc.log.flush()
     return Path(proc.log.name).read_text()
 
 

@@ -48,7 +48,7 @@ def register(sub) -> None:
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--threads", type=threads(), default=1, help="torch threads")
     p.add_argument("--out", type=OutputFile(), required=True, help="output CSV")
-    # every other argument reaches the run spec: checked as a job's spec, with its memory (_args.check_specs)
+    # every other argument reaches the run spec: checked as a job's spec, with its memory (_specs.check_specs)
     p.set_defaults(func=run, specs_of=lambda args: [spec_dict(args)])
 
 

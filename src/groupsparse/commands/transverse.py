@@ -94,7 +94,7 @@ def spec_dict(args, D: int) -> dict:
 
 def check(args) -> None:
     """Before any run: each Monte Carlo sample splits into equal chunks (the run specs of every D are checked
-    as the workflow's, by groupsparse.commands._args.check_specs)."""
+    as the workflow's, by groupsparse.commands._specs.check_specs)."""
     from ..config.errors import ConfigError
     from ..training import transverse
 

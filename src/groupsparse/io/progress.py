@@ -77,6 +77,12 @@ def stop_requested() -> bool:
     return _stop["signal"] is not None
 
 
+def stop_here(stop: bool, saved_step: int | None) -> None:
+    """Where a polling job checks: KeyboardInterrupt if ``stop``, saying at which step its state was saved."""
+    if stop:
+        raise KeyboardInterrupt(f"{stop_signal_name()}" + (f"; state saved at step {saved_step}" if saved_step else ""))
+
+
 def stop_signal_name() -> str | None:
     """The signal that asked this process to stop (SIGINT, SIGTERM), or None."""
     return signal.Signals(_stop["signal"]).name if _stop["signal"] is not None else None

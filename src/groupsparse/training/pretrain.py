@@ -22,7 +22,7 @@ from ..config.seeding import task_identity, torch_generator
 from ..config.specs import RunSpec
 from ..data.synthetic import GroupSparseTask, make_task
 from ..io import files as io
-from ..io.progress import stop_requested, stop_signal_name
+from ..io.progress import stop_here, stop_requested
 from ..model import cpu, dispatch, fastpath
 from ..model.device import TORCH_DTYPES as DTYPES
 from ..model.device import torch_device
@@ -339,11 +339,7 @@ class Trainer(Recording, ManySteps):
             if self.resume_path and start < step and (due or stop):
                 self._save_resume(step, rows, att_rows, status, diverged_step, last_finite, initial_loss, above)
                 saved = time.perf_counter()
-            if stop:
-                saved_here = self.resume_path and start < step
-                raise KeyboardInterrupt(
-                    f"{stop_signal_name()}" + (f"; state saved at step {step}" if saved_here else "")
-                )
+            stop_here(stop, step if self.resume_path and start < step else None)  # KeyboardInterrupt if stop
             loss, grads = self.step_grads(self.draw())
             # the checks on Python floats (exactly the float64 comparisons): a few tensor calls a step, not one a seed
             losses = loss.detach().cpu().double().tolist()
