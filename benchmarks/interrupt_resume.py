@@ -112,7 +112,8 @@ def main() -> int:
             redone[key[: -len(".tsv")]] = round(benchmark_seconds(bench), 1)
     continued = {}
     for key in saved:
-        match = re.search(r"continuing from its saved state at step (\d+)", (results / "logs" / f"{key}.log").read_text())
+        log = (results / "logs" / f"{key}.log").read_text()
+        match = re.search(r"continuing from its saved state at step (\d+)", log)
         continued[key] = int(match.group(1)) if match else None
     last = [line for line in (work / "first.out").read_text().splitlines() if line.strip()][-1]
     print(
