@@ -90,11 +90,14 @@ def forward_stop_signals(running_shells: Callable[[], Iterable[int]], local: boo
     for the running ones, which now stop within seconds, recording each that finished meanwhile as
     finished (its KeyboardInterrupt path would leave their incomplete markers, and the next run would
     compute them again). Under a cluster executor (``local`` false) the jobs are not this machine's
-    processes: SIGINT keeps snakemake's own path, whose cancel reaches them. Later signals only pass the
-    request on again: a second Ctrl-C must not break snakemake's clean-up (its lock, its records). A
-    SIGINT this process ignores (a background job of a script) stays ignored. Main thread only."""
+    processes: both signals take snakemake's KeyboardInterrupt path, whose cancel reaches them. Later
+    signals only pass the request on again: a second Ctrl-C must not break snakemake's clean-up (its
+    lock, its records). A SIGINT this process ignores (a background job of a script) stays ignored.
+    Main thread only."""
     before = {each: signal.getsignal(each) for each in (signal.SIGINT, signal.SIGTERM)}
     graceful = before[signal.SIGTERM] if local and callable(before[signal.SIGTERM]) else None
+    if not local:  # snakemake's cancel, which cancels the cluster's jobs (they save, then stop)
+        before[signal.SIGTERM] = signal.SIG_DFL
 
     def forward(signum, frame):
         stop_jobs(running_shells())
