@@ -309,10 +309,12 @@ STOPS = [
 KEPT_KEY = f"results/tiny/pretrain/base/.seeds{CHUNK}.safetensors.kept/key.json"  # written once the job finished
 
 
-def moment(what: str, proc: subprocess.Popen, work: Path):
-    """The running job to stop at ``what`` (its psutil.Process), once it is there."""
+def moment(what: str, proc: subprocess.Popen, work: Path, since: float):
+    """The running job to stop at ``what`` (its psutil.Process), once it is there: "training", once this run's
+    job has saved a periodic state; "training finished", once it kept its outputs; "transfer", at work."""
     if what == "training":
-        return (work / RESUME_FILE).exists() and job_process(proc, "pretrain")
+        resume = work / RESUME_FILE
+        return resume.exists() and resume.stat().st_mtime > since and job_process(proc, "pretrain")
     if what == "training finished":
         return (work / KEPT_KEY).exists() and (job_process(proc, "pretrain") or psutil.Process(proc.pid))
     return mid_transfer(proc, work)
@@ -380,8 +382,10 @@ def test_stopped_however_the_signal_arrives_resumes_redoing_nothing_to_the_same_
     saved = None  # the step the last stopped pretraining job saved its state at
     for what, how in STOPS:
         before = finished_jobs(work) if (work / "results").exists() else {}
+        since = time.time()
         proc = start(work, cfg, TABLE_TARGET)
-        job = wait_for(lambda: moment(what, proc, work), proc, what)  # noqa: B023
+        job = wait_for(lambda: moment(what, proc, work, since), proc, what)  # noqa: B023
+        table = declared_output(job, work) if what == "transfer" else None
         if what == "training":
             assert cli.main(["status", str(work / "results/tiny")]) == 0
             running = capsys.readouterr().out
@@ -410,7 +414,6 @@ def test_stopped_however_the_signal_arrives_resumes_redoing_nothing_to_the_same_
         if what == "training finished":  # the job killed before continued from its last periodic state
             assert resumed_step(work) >= 200
         if how == "SIGKILL to the job" and what == "transfer":
-            table = declared_output(job, work)
             assert complete_or_absent(table, reference["work"] / table.relative_to(work))
     before = finished_jobs(work)
     res = snakemake(work, cfg, TABLE_TARGET)
@@ -421,12 +424,17 @@ def test_stopped_however_the_signal_arrives_resumes_redoing_nothing_to_the_same_
 
 
 @pytest.mark.slow
-def test_status_of_a_finished_study_says_every_job_is_done(reference, capsys):
+def test_status_of_a_finished_study_says_its_jobs_are_done(reference, capsys):
+    """The reference ran to the tables (figures and review not asked for): every job they need is done."""
     from groupsparse import cli
 
-    assert cli.main(["status", str(reference["work"] / "results/tiny")]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == "every job is done" and re.fullmatch(r"jobs: (\d+): \1 done", out[1]), out
+    assert cli.main(["status", str(reference["work"] / "results/tiny"), "--all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    states = {line.split()[0]: line.split()[1] for line in lines if line.startswith(("pretrain/", "transfer/"))}
+    states |= {line.split()[0]: line.split()[1] for line in lines if line.startswith(("aggregate", "specs/"))}
+    assert len(states) >= 7 and set(states.values()) == {"done"}, lines
+    counts = next(line for line in lines if line.startswith("jobs: "))
+    assert not any(s in counts for s in ("running", "interrupted", "failed")), counts
 
 
 @pytest.mark.slow
@@ -453,7 +461,7 @@ def test_a_folder_handed_over_with_a_corrupt_table_is_refused_on_its_first_run_n
 @pytest.mark.slow
 def test_done_means_every_output_is_there_even_when_snakemake_runs_part_of_the_study(reference, tmp_path):
     """A job snakemake marked incomplete (a spec job that finished as snakemake was killed) makes its next run
-    consider that job alone: with a table deleted, snakemake would end "successfully" without it. The run
+    consider that job alone: with its target deleted, snakemake would end "successfully" without it. The run
     says "not done", naming the missing file, and exits non-zero; the next run finishes the study."""
     import base64
 
@@ -463,14 +471,15 @@ def test_done_means_every_output_is_there_even_when_snakemake_runs_part_of_the_s
     marker = work / ".snakemake/incomplete" / base64.urlsafe_b64encode(str(spec.relative_to(work)).encode()).decode()
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text('{"external_jobid": null}')
-    summary = work / "results/tiny/tables/summary.parquet"
-    summary.unlink()
+    target = work / TABLE_TARGET  # the aggregated tables' provenance: the run's target
+    target.unlink()
     res = snakemake(work, reference["config"], TABLE_TARGET)
     out = res.stdout + res.stderr
-    assert res.returncode != 0 and "not done: results/tiny/tables/summary.parquet" in out, out[-3000:]
+    assert res.returncode != 0 and f"not done: {TABLE_TARGET} missing" in out, out[-3000:]
+    assert not target.exists()  # snakemake ran the spec job alone
     again = snakemake(work, reference["config"], TABLE_TARGET)
     assert again.returncode == 0 and "done: results in results/tiny/" in again.stderr, again.stderr[-3000:]
-    assert summary.exists()
+    assert target.exists()
 
 
 @pytest.mark.slow
