@@ -464,9 +464,20 @@ def jobs_to_run():
 
 
 def run_outputs():
-    """The outputs of every job of this run's DAG (temporary ones left out), by rule: what "done" means."""
+    """The outputs of every job of this run's DAG (temporary ones left out), by rule: what "done" means;
+    with --until, --omit-from or --allowed-rules (a part of the study asked for), those of the jobs run.
+    """
+    settings = workflow.dag_settings
+    partial = any(
+        getattr(settings, name, None)
+        for name in ("until", "omit_from", "allowed_rules")
+    )
     by_rule = {}
-    for job in workflow.dag.jobs:
+    for job in (
+        workflow.dag.needrun_jobs(exclude_finished=False)
+        if partial
+        else workflow.dag.jobs
+    ):
         files = [str(f) for f in job.output if not is_flagged(f, "temp")]
         by_rule.setdefault(job.rule.name, []).extend(files)
     return by_rule
