@@ -32,9 +32,8 @@ rule all:
 # estimate comes from the cost model calibrated on this machine (groupsparse.costs.calibrate).
 onstart:
     check_slurm_accounting()
-    io.write_text_atomic(
-        f"{R}/{jobstate.JOBS_FILE}", jobs_record()
-    )  # groupsparse status reads it
+    # the study's jobs, for groupsparse status (study/jobstate.py)
+    io.write_text_atomic(f"{R}/{jobstate.JOBS_FILE}", jobs_record())
     if (
         local_cores() is not None
     ):  # a cluster run has no total of cores: each job asks for its own
@@ -78,9 +77,8 @@ onerror:
         ),
         file=sys.stderr,
     )
-    raise SystemExit(
-        1
-    )  # the end line is the last line (snakemake would add its own WorkflowError)
+    # the end line is the last line (snakemake would add its own WorkflowError)
+    raise SystemExit(1)
 
 
 # By here every rule is defined: each report() caption must exist, for every config, and each path the

@@ -115,9 +115,8 @@ _JOBS = {}
 
 
 def _study_jobs():
-    listed = study_jobs_of(
-        RUNS
-    )  # groupsparse.study.jobs: also what `groupsparse estimate` counts
+    # groupsparse.study.jobs: also what `groupsparse estimate` counts
+    listed = study_jobs_of(RUNS)
     listed["spec"] = [spec_wildcards(path) for path in all_spec_files()]
     return listed
 
