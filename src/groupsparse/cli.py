@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     non-zero exit; --debug (or GROUPSPARSE_DEBUG=1) re-raises it with its traceback."""
     import os
 
-    from .io.progress import handle_stop_signals, stop_signal_name
+    from .io.progress import handle_stop_signals, ignore_stop_signals, stop_signal_name
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -87,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
             check_specs(args)
         if getattr(args, "check", None) is not None:
             args.check(args)
-        with handle_stop_signals(poll=getattr(args, "stops_at_a_step", False)):
-            return args.func(args)
+        # argv None: this process is the command (not a caller's test): its handlers need not come back
+        with handle_stop_signals(poll=getattr(args, "stops_at_a_step", False), restore=argv is not None):
+            code = args.func(args)
+            if argv is None:  # done: a stop asked for as it exits must not kill it (snakemake would take the
+                ignore_stop_signals()  # finished job for failed and delete its outputs)
+        return code
     except KeyboardInterrupt as exc:
         why = f" ({exc})" if str(exc) else ""
         print(f"groupsparse {args.command}: interrupted{why}", file=sys.stderr, flush=True)

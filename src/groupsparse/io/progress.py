@@ -89,13 +89,13 @@ def stop_signal_name() -> str | None:
 
 
 @contextlib.contextmanager
-def handle_stop_signals(poll: bool = False, grace_s: float = STOP_GRACE_S) -> Iterator[None]:
+def handle_stop_signals(poll: bool = False, grace_s: float = STOP_GRACE_S, restore: bool = True) -> Iterator[None]:
     """Within: SIGINT and SIGTERM stop the command: with ``poll``, at the next point where it checks
     :func:`stop_requested` (KeyboardInterrupt after ``grace_s`` if it never does); else at once
     (KeyboardInterrupt). Further stop signals are ignored. A SIGINT this process was started with
-    ignored (a background job of a script) stays ignored. Left without a stop, the handlers before are
-    restored (a command run in-process, by a test, leaves its caller's as they were); after one, SIGINT and
-    SIGTERM stay ignored while the process exits."""
+    ignored (a background job of a script) stays ignored. Left without a stop and with ``restore``, the
+    handlers before are restored (a command run in-process, by a test, leaves its caller's as they were);
+    after a stop, SIGINT and SIGTERM stay ignored while the process exits."""
 
     def first(signum, frame):
         _stop["signal"] = signum
@@ -123,9 +123,16 @@ def handle_stop_signals(poll: bool = False, grace_s: float = STOP_GRACE_S) -> It
         if hasattr(signal, "SIGALRM") and before:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, before.pop(signal.SIGALRM))
-        if _stop["signal"] is None:  # once stopped, a late copy of the request must not kill the exit
+        if restore and _stop["signal"] is None:  # once stopped, a late copy of the request must not kill the exit
             for each, handler in before.items():
                 signal.signal(each, handler)
+
+
+def ignore_stop_signals() -> None:
+    """SIGINT and SIGTERM ignored from now on (a command whose work is done, exiting)."""
+    for each in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(each, signal.SIG_IGN)
 
 
 def _overdue(grace_s: float):
