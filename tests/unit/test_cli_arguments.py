@@ -152,7 +152,7 @@ def domain_of(command: str, action: argparse.Action, valid: dict[str, list[str]]
     if isinstance(action.type, _args.Domain):
         return action.type
     if action.choices is not None:
-        return _args.Choice(action.choices, "one of the choices")
+        return _args.Choice(action.choices, "choice")
     if action.type in (int, float):
         args = subparsers()[command].parse_args(command_line(command, valid)[1:])
         assert getattr(args, "specs_of", None), f"{command} {argument_name(action)}: a plain {action.type.__name__}"

@@ -289,14 +289,15 @@ class Listed(Domain):
 
 
 class Choice(Domain):
-    """One of a list known when the parser is built (a method name, ...)."""
+    """One of a list known when the parser is built (``noun``: what each is, e.g. "method")."""
 
-    def __init__(self, allowed, what: str):
-        self.allowed, self.what = list(allowed), what
+    def __init__(self, allowed, noun: str):
+        self.allowed, self.noun = list(allowed), noun
+        self.what = f"a {noun}: {', '.join(self.allowed)}"
 
     def parse(self, text: str):
         if text not in self.allowed:
-            raise ValueError(f"got {text!r}; allowed: {', '.join(self.allowed)}")
+            raise ValueError(f"unknown {self.noun} {text!r}; allowed: {', '.join(self.allowed)}")
         return text
 
     def bad_values(self, tmp: Path) -> list[str]:

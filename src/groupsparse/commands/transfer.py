@@ -51,7 +51,7 @@ def register(sub) -> None:
     from ..transfer.spec import DEFAULT_SIZES
     from ._args import POSITIVE_INT, Choice, InputFile, JsonObject, Listed, OutputFile, OutputFolder, threads
 
-    methods = Listed(Choice(method_names(), "a transfer method"), f"comma-separated, from: {','.join(method_names())}")
+    methods = Listed(Choice(method_names(), "method"), f"comma-separated, from: {','.join(method_names())}")
 
     p = sub.add_parser("transfer", help="fine-tune a pretrained checkpoint and fit baselines at many sample sizes")
     p.add_argument(
