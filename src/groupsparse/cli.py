@@ -76,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     from .io.progress import handle_stop_signals, ignore_stop_signals, stop_signal_name
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as refused:  # a refused argument: its one line is printed; --help and --version exit 0
+        if refused.code in (0, None):
+            raise
+        return refused.code
     debug = args.debug or os.environ.get("GROUPSPARSE_DEBUG", "") not in ("", "0")
     # SIGINT and SIGTERM alike: a job that saves its state (stops_at_a_step) stops at its next step, saved
     try:
