@@ -20,7 +20,7 @@ import importlib
 import sys
 
 # re-exported: tests read the exit codes here, benchmarks/bench.py imports set_threads from here
-from .commands._args import EXIT_CONFIG, EXIT_DIVERGED, EXIT_INPUT, set_threads  # noqa: F401
+from .commands._args import EXIT_CONFIG, EXIT_DIVERGED, EXIT_INPUT, OneLineParser, set_threads  # noqa: F401
 
 # Each module in groupsparse.commands has register(subparsers) adding its subcommand.
 COMMANDS = (
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         release = version("groupsparse")
     except PackageNotFoundError:  # run from a checkout without installing
         release = "unknown (not installed)"
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="groupsparse",
         description=__doc__.strip(),
         epilog="Errors print one line; add --debug (or set GROUPSPARSE_DEBUG=1) for the traceback.",
@@ -73,14 +73,41 @@ def main(argv: list[str] | None = None) -> int:
     non-zero exit; --debug (or GROUPSPARSE_DEBUG=1) re-raises it with its traceback."""
     import os
 
+    from .io.progress import handle_stop_signals, ignore_stop_signals, stop_signal_name
+
     parser = build_parser()
-    args = parser.parse_args(argv)
-    debug = args.debug or os.environ.get("GROUPSPARSE_DEBUG", "") not in ("", "0")
     try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        print(f"groupsparse {args.command}: interrupted", file=sys.stderr)
+        args = parser.parse_args(argv)
+    except SystemExit as refused:  # a refused argument: its one line is printed; --help and --version exit 0
+        if refused.code in (0, None):
+            raise
+        return refused.code
+    debug = args.debug or os.environ.get("GROUPSPARSE_DEBUG", "") not in ("", "0")
+    # SIGINT and SIGTERM alike: a job that saves its state (stops_at_a_step) stops at its next step, saved
+    try:
+        # before any work: the run specs the arguments build (the workflow's checks), the command's own
+        if getattr(args, "specs_of", None) is not None:
+            from .commands._specs import check_specs
+
+            check_specs(args)
+        if getattr(args, "check", None) is not None:
+            args.check(args)
+        # argv None: this process is the command (not a caller's test): its handlers need not come back
+        with handle_stop_signals(poll=getattr(args, "stops_at_a_step", False), restore=argv is not None):
+            code = args.func(args)
+            if argv is None:  # done: a stop asked for as it exits must not kill it (snakemake would take the
+                ignore_stop_signals()  # finished job for failed and delete its outputs)
+        return code
+    except KeyboardInterrupt as exc:
+        why = f" ({exc})" if str(exc) else ""
+        print(f"groupsparse {args.command}: interrupted{why}", file=sys.stderr, flush=True)
+        if stop_signal_name():  # stopped by a signal: skip the interpreter's teardown of torch and numba
+            sys.stdout.flush()  # (seconds on a loaded machine); every file written is whole (atomic renames)
+            os._exit(130)
         return 130
+    except BrokenPipeError:  # the output piped into a command that stopped reading (| head): nothing wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush goes nowhere
+        return 0
     except Exception as exc:
         if debug:
             raise
@@ -91,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             line, code = f"bad setting: {exc}", EXIT_CONFIG
         elif isinstance(exc, InputError):
             line, code = f"bad input: {exc}", EXIT_INPUT
+        elif isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or "DefaultCPUAllocator" in str(exc):
+            line, code = f"out of memory ({type(exc).__name__}: {exc}); a smaller run, or a machine with more", 1
         elif isinstance(exc, OSError):  # a folder that is a file, a full disk, no permission...
             where = f" {exc.filename}" if exc.filename else ""
             line, code = f"cannot use{where}: {exc.strerror or exc}", EXIT_INPUT

@@ -115,8 +115,10 @@ def test_a_results_folder_that_is_a_file_is_one_line(tmp_path):
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    (tmp_path / "tables").write_text("a file")
-    res = run_cli("--debug", "check-tables", "--out", str(tmp_path / "tables" / "marker"))
+    (tmp_path / "broken.parquet").write_text("not parquet")
+    res = run_cli(
+        "--debug", "check-tables", "--trajectories", str(tmp_path / "broken.parquet"), "--out", str(tmp_path / "m")
+    )
     assert res.returncode != 0 and "Traceback" in res.stderr
 
 

@@ -103,6 +103,7 @@ def test_pretrain_eta_is_validated_at_parse_time_and_by_the_pretraining_job(tmp_
 def test_transfer_settings_are_validated_at_parse_time_and_by_the_transfer_job(tmp_path, monkeypatch, validations):
     _, spec_file = _parse_time(tmp_path)
     out = str(tmp_path / "out")
+    (tmp_path / "out").write_bytes(b"")  # the checkpoint must exist (an argument's check); its work is a stand-in
     run_spec, spec = _job_spec(
         monkeypatch, ["transfer", "--spec", f"@{spec_file}", "--checkpoint", out, "--out", out, "--sizes", "8"]
     )[:2]

@@ -22,10 +22,12 @@ appear, then kills, so the timing does not depend on the machine's speed.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -117,7 +119,8 @@ def start(workdir: Path, config: Path, *extra: str, cores: int = 2) -> subproces
 
 
 def output_of(proc: subprocess.Popen) -> str:
-    proc.log.flush()
+    if not proc.log.closed:
+        proc.log.flush()
     return Path(proc.log.name).read_text()
 
 
@@ -293,54 +296,190 @@ def test_provenance_is_in_every_table_and_in_provenance_json(reference):
 # -- kill and resume -------------------------------------------------------------------------
 
 
+# A stop, however it arrives: (what to wait for, how to stop), in order, on one study. Each stopped run is
+# resumed by the next one; the last resumes to the end.
+STOPS = [
+    ("training", "SIGINT to snakemake"),  # kill -INT, a wrapper: the jobs get it from snakemake
+    ("training", "SIGKILL to the job"),  # a job killed by the system: it continues from its saved state
+    ("training finished", "SIGTERM to the group"),  # a scheduler's cancel, as the job ends: it is kept
+    ("transfer", "SIGTERM to snakemake"),  # kill, a scheduler signalling snakemake alone
+    ("transfer", "SIGINT to the group"),  # Ctrl-C in a terminal
+    ("transfer", "SIGKILL to the job"),
+]
+KEPT_KEY = f"results/tiny/pretrain/base/.seeds{CHUNK}.safetensors.kept/key.json"  # written once the job finished
+
+
+def moment(what: str, proc: subprocess.Popen, work: Path, since: float):
+    """The running job to stop at ``what`` (its psutil.Process), once it is there: "training", once this run's
+    job has saved a periodic state; "training finished", once it kept its outputs; "transfer", at work."""
+    if what == "training":
+        resume = work / RESUME_FILE
+        return resume.exists() and resume.stat().st_mtime > since and job_process(proc, "pretrain")
+    if what == "training finished":
+        return (work / KEPT_KEY).exists() and (job_process(proc, "pretrain") or psutil.Process(proc.pid))
+    return mid_transfer(proc, work)
+
+
+def stop(how: str, proc: subprocess.Popen, job: psutil.Process) -> None:
+    signum = getattr(signal, how.split()[0])
+    if how.endswith("to the job"):
+        job.send_signal(signum)
+    elif how.endswith("to the group"):
+        os.killpg(proc.pid, signum)
+    else:
+        os.kill(proc.pid, signum)
+
+
+def jobs_in(work: Path) -> list[psutil.Process]:
+    """groupsparse processes still running in the study's folder (a stopped run must leave none)."""
+    found = []
+    for each in psutil.process_iter(["cwd", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            argv = each.info["cmdline"] or []
+            if each.info["cwd"] == str(work) and any(Path(a).name == "groupsparse" for a in argv[:2]):
+                found.append(each)
+    return found
+
+
+def finished_jobs(work: Path) -> dict[str, tuple[int, str]]:
+    """The jobs `groupsparse status` calls done, with their log's mtime and text."""
+    from groupsparse.study.jobstate import job_states
+
+    done = {}
+    for state in job_states(work / "results/tiny") or []:
+        log = work / "results/tiny/logs" / f"{state.key}.log"
+        if state.state == "done" and log.exists():
+            done[state.key] = (log.stat().st_mtime_ns, log.read_text())
+    return done
+
+
+def assert_nothing_finished_was_computed_again(before: dict[str, tuple[int, str]], work: Path) -> None:
+    """Each job done before a run was either not run again (its log untouched) or returned its kept outputs."""
+    for key, (mtime, _) in before.items():
+        log = work / "results/tiny/logs" / f"{key}.log"
+        if log.stat().st_mtime_ns == mtime or not key.startswith(("pretrain/", "transfer/")):
+            continue
+        assert "nothing recomputed" in log.read_text(), f"{key} finished before, and ran again:\n{log.read_text()}"
+
+
+def saved_step(log_text: str) -> int | None:
+    match = re.search(r"interrupted \(SIG\w+; state saved at step (\d+)\)", log_text)
+    return int(match.group(1)) if match else None
+
+
 @pytest.mark.slow
-def test_sigkill_training_then_sigint_snakemake_during_transfer_resume_to_the_same_tables(reference, tmp_path):
+def test_stopped_however_the_signal_arrives_resumes_redoing_nothing_to_the_same_tables(reference, tmp_path, capsys):
+    """SIGINT and SIGTERM to snakemake alone and to its process group, SIGKILL to a job, during training, as
+    training ends and during transfer: each stops the run with every job process gone, the stopped
+    pretraining job saves its state at the step it stopped at, the last line names the command to resume,
+    and `groupsparse status` tells running from interrupted. Each next run (the same command) continues:
+    no job done before is computed again (a forced one returns its kept outputs), a stopped pretraining
+    job resumes at its saved step, and the last run ends with the uninterrupted run's tables."""
+    from groupsparse import cli
+
     work, cfg = tmp_path / "work", write_config(tmp_path, kill_config())
-    # 1. SIGKILL the training process once it has saved a resume state
-    proc = start(work, cfg, TABLE_TARGET)
-    job = wait_for(lambda: (work / RESUME_FILE).exists() and job_process(proc, "pretrain"), proc, "a resume state")
-    job.kill()
-    assert finish(proc) != 0
-    assert (work / RESUME_FILE).exists(), "the saved state must survive the kill"
-    assert not any((work / p).exists() for p in PRETRAIN_OUTPUTS), "a killed job left a declared output"
-    # 2. rerun; SIGINT to snakemake alone in the middle of transfer (snakemake stops its jobs)
-    proc = start(work, cfg, TABLE_TARGET, "--rerun-incomplete")
-    job = wait_for(lambda: mid_transfer(proc, work), proc, "a transfer job at work")
-    table = declared_output(job, work)
-    os.kill(proc.pid, signal.SIGINT)
-    assert finish(proc) != 0
-    same_table = reference["work"] / table.relative_to(work)
-    assert complete_or_absent(table, same_table), "an interrupted job left a partial table"
-    assert resumed_step(work) >= 200
+    command = shlex.join(["snakemake", *snakemake_cmd(work, cfg, TABLE_TARGET)[1:]])
+    saved = None  # the step the last stopped pretraining job saved its state at
+    for what, how in STOPS:
+        before = finished_jobs(work) if (work / "results").exists() else {}
+        since = time.time()
+        proc = start(work, cfg, TABLE_TARGET)
+        job = wait_for(lambda: moment(what, proc, work, since), proc, what)  # noqa: B023
+        table = declared_output(job, work) if what == "transfer" else None
+        if what == "training":
+            assert cli.main(["status", str(work / "results/tiny")]) == 0
+            running = capsys.readouterr().out
+            assert re.search(rf"pretrain/base/seeds{CHUNK}\s+running", running), running
+        stop(how, proc, job)
+        assert finish(proc) != 0, f"{how} at {what}: the run went on"
+        out = output_of(proc)
+        assert not jobs_in(work), f"{how} at {what}: jobs still running after snakemake exited"
+        last = [line for line in out.splitlines() if line.strip()][-1]
+        expected = "failed: " if how.startswith("SIGKILL") else "interrupted: "
+        assert last.startswith(expected) and f"run `{command}` again" in last, last
+        assert_nothing_finished_was_computed_again(before, work)
+        log = (work / f"results/tiny/logs/pretrain/base/seeds{CHUNK}.log").read_text()
+        if saved is not None:  # this run continued the job the one before stopped, at the step it saved
+            assert f"continuing from its saved state at step {saved}" in log, log
+        if what == "training" and how.startswith("SIGKILL"):
+            saved = None  # killed, not stopped: the next run continues from its last periodic state
+        elif what == "training":
+            saved = saved_step(log)
+            assert saved is not None and (work / RESUME_FILE).exists(), log
+            assert cli.main(["status", str(work / "results/tiny")]) == 0
+            stopped = capsys.readouterr().out
+            assert re.search(rf"pretrain/base/seeds{CHUNK}\s+interrupted .*state saved at step {saved}", stopped)
+        else:
+            saved = None
+        if what == "training finished":  # the job killed before continued from its last periodic state
+            assert resumed_step(work) >= 200
+        if how == "SIGKILL to the job" and what == "transfer":
+            assert complete_or_absent(table, reference["work"] / table.relative_to(work))
+    before = finished_jobs(work)
+    res = snakemake(work, cfg, TABLE_TARGET)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert_nothing_finished_was_computed_again(before, work)
     assert not (work / RESUME_FILE).exists(), "a finished job deletes its resume state"
-    # 3. rerun to the end
-    res = snakemake(work, cfg, TABLE_TARGET, "--rerun-incomplete")
-    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert_same_results(reference["work"], work)
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_training_then_sigkill_transfer_resume_to_the_same_tables(reference, tmp_path):
-    work, cfg = tmp_path / "work", write_config(tmp_path, kill_config())
-    proc = start(work, cfg, TABLE_TARGET)
-    wait_for(lambda: (work / RESUME_FILE).exists() and job_process(proc, "pretrain"), proc, "a resume state")
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: snakemake and its jobs all get SIGINT
-    assert finish(proc) != 0
-    ends = [line for line in Path(proc.log.name).read_text().splitlines() if line.startswith("interrupted: ")]
-    assert len(ends) == 1 and "again to resume" in ends[0], "Ctrl-C must end with one line saying how to resume"
-    assert (work / RESUME_FILE).exists()
-    assert not any((work / p).exists() for p in PRETRAIN_OUTPUTS)
-    proc = start(work, cfg, TABLE_TARGET, "--rerun-incomplete")
-    job = wait_for(lambda: mid_transfer(proc, work), proc, "a transfer job at work")
-    table = declared_output(job, work)
-    job.kill()
-    assert finish(proc) != 0
-    same_table = reference["work"] / table.relative_to(work)
-    assert complete_or_absent(table, same_table), "a killed job left a partial table"
-    assert resumed_step(work) >= 200
-    res = snakemake(work, cfg, TABLE_TARGET, "--rerun-incomplete")
-    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
-    assert_same_results(reference["work"], work)
+def test_status_of_a_finished_study_says_its_jobs_are_done(reference, capsys):
+    """The reference ran to the tables (figures and review not asked for): every job they need is done."""
+    from groupsparse import cli
+
+    assert cli.main(["status", str(reference["work"] / "results/tiny"), "--all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    states = {line.split()[0]: line.split()[1] for line in lines if line.startswith(("pretrain/", "transfer/"))}
+    states |= {line.split()[0]: line.split()[1] for line in lines if line.startswith(("aggregate", "specs/"))}
+    assert len(states) >= 7 and set(states.values()) == {"done"}, lines
+    counts = next(line for line in lines if line.startswith("jobs: "))
+    assert not any(s in counts for s in ("running", "interrupted", "failed")), counts
+
+
+@pytest.mark.slow
+def test_a_folder_handed_over_with_a_corrupt_table_is_refused_on_its_first_run_naming_the_table(reference, tmp_path):
+    """A copied config that keeps another's study_name is refused until study_config.json is deleted, as the
+    refusal says; the first run after that checks the folder's tables as a normal run checks those it reruns
+    (snakemake would rerun nothing past the owner's new record) and refuses, naming the corrupt table."""
+    work = tmp_path / "work"
+    shutil.copytree(reference["work"], work, symlinks=True)
+    copied = write_config(tmp_path, kill_config(), name="copied.yaml")  # the same study_name, another file
+    refused = snakemake(work, copied, TABLE_TARGET)
+    assert refused.returncode != 0 and "study_config.json to hand the folder over" in refused.stderr, refused.stderr
+    table = work / "results/tiny/pretrain/base" / f"seeds{CHUNK}.trajectory.parquet"
+    table.write_bytes(b"garbage, not a Parquet table")
+    (work / "results/tiny/study_config.json").unlink()
+    before = snapshot(work / "results")
+    res = snakemake(work, copied, TABLE_TARGET)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and str(table.relative_to(work)) in out and "not a readable Parquet table" in out, out
+    assert "done:" not in out
+    assert snapshot(work / "results") == before, "a refused hand-over changed the folder"
+
+
+@pytest.mark.slow
+def test_done_means_every_output_is_there_even_when_snakemake_runs_part_of_the_study(reference, tmp_path):
+    """A job snakemake marked incomplete (a spec job that finished as snakemake was killed) makes its next run
+    consider that job alone: with its target deleted, snakemake would end "successfully" without it. The run
+    says "not done", naming the missing file, and exits non-zero; the next run finishes the study."""
+    import base64
+
+    work = tmp_path / "work"
+    shutil.copytree(reference["work"], work, symlinks=True)
+    spec = next((work / "results/tiny/specs").glob("study.*.json"))
+    marker = work / ".snakemake/incomplete" / base64.urlsafe_b64encode(str(spec.relative_to(work)).encode()).decode()
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text('{"external_jobid": null}')
+    target = work / TABLE_TARGET  # the aggregated tables' provenance: the run's target
+    target.unlink()
+    res = snakemake(work, reference["config"], TABLE_TARGET)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and f"not done: {TABLE_TARGET} missing" in out, out[-3000:]
+    assert not target.exists()  # snakemake ran the spec job alone
+    again = snakemake(work, reference["config"], TABLE_TARGET)
+    assert again.returncode == 0 and "done: results in results/tiny/" in again.stderr, again.stderr[-3000:]
+    assert target.exists()
 
 
 @pytest.mark.slow

@@ -17,9 +17,11 @@ from groupsparse.data import kinds
 from groupsparse.io import files as io
 from groupsparse.io import report as report_text
 from groupsparse.io import tables as names
-from groupsparse.study import outputs, preflight
+from groupsparse.study import jobstate, outputs, preflight, stopping
+from groupsparse.study.jobs import KIND_FIGURE_RULES, has_analysis, spec_stems
+from groupsparse.study.jobs import study_jobs as study_jobs_of
 from groupsparse.study.runs import is_check_variant
-from snakemake.io import apply_wildcards
+from snakemake.io import apply_wildcards, is_flagged
 
 # Config files read strictly, schema (with finite numbers and true integers), defaults filled in,
 # cross-field rules, names that must refer to runs or methods, input files, a writable results
@@ -113,33 +115,10 @@ _JOBS = {}
 
 
 def _study_jobs():
-    named = figure_runs()
-    return {
-        "results_owner": [{}],
-        "spec": [spec_wildcards(path) for path in all_spec_files()],
-        "pretrain": [
-            {"run": r, "chunk": c} for r, run in RUNS.items() for c in run.chunks
-        ],
-        "transfer": [
-            {"run": r, "chunk": c, "group": g}
-            for r, run in RUNS.items()
-            if run.transfer is not None
-            for c in run.chunks
-            for g in run.method_groups
-        ],
-        "check_tables": [{}],
-        "aggregate": [{}],
-        "figures": [{"run": r} for r in named],
-        "transfer_figure": [{"run": r} for r in named if RUNS[r].transfer is not None],
-        "predict": [{}] if scaling_enabled() else [],
-        "scaling": [{}] if scaling_enabled() else [],
-        "review": [{}],
-    } | {  # the task kinds' own figure rules (data.kinds: image_figures), one job per named run
-        figure_rule: [
-            {"run": r} for r in named if figure_rule in kind_of_run(r).figure_rules
-        ]
-        for figure_rule in KIND_FIGURE_RULES
-    }
+    # groupsparse.study.jobs: also what `groupsparse estimate` counts
+    listed = study_jobs_of(RUNS)
+    listed["spec"] = [spec_wildcards(path) for path in all_spec_files()]
+    return listed
 
 
 def flat(items):
@@ -164,14 +143,40 @@ def written_files():
     return [f for f in files if Path(R) in Path(f).parents]
 
 
+def jobs_record():
+    """Every job of the study with its outputs, log and benchmark (results/<study>/jobs.json, written when
+    a run starts): what `groupsparse status` and the end lines read (groupsparse.study.jobstate).
+    """
+    jobs = {}
+    for rule, wildcards in study_jobs().items():
+        each = getattr(rules, rule)
+        templates = flat(list(each.output))
+        # the rule's own outputs keep their flags (the proxy's, used as later rules' inputs, lose them)
+        temp = [str(t) for t in workflow.get_rule(rule).output if is_flagged(t, "temp")]
+        for w in wildcards:
+            log = apply_wildcards(str(each.log[0]), w)
+            jobs[str(Path(log).relative_to(f"{R}/logs").with_suffix(""))] = {
+                "rule": rule,
+                "outputs": [apply_wildcards(str(t), w) for t in templates],
+                "temp": [apply_wildcards(t, w) for t in temp],
+                "log": log,
+                "benchmark": apply_wildcards(str(each.benchmark), w),
+            }
+    return jobstate.jobs_record(jobs)
+
+
 def all_spec_files():
-    """Every spec file of the study (a job's spec, the study's, the analysis')."""
-    files = [STUDY_FILE] + ([scaling_spec_file()] if scaling_enabled() else [])
-    for r, run in RUNS.items():
-        files.append(pretrain_spec_file(r))
-        if run.transfer is not None:
-            files.append(transfer_spec_file(r))
-    return files
+    """Every spec file of the study (a job's spec, the study's, the analysis'), in study.jobs' order."""
+    return [spec_file(stem, spec_text(stem)) for stem in spec_stems(RUNS)]
+
+
+def spec_text(stem):
+    if stem == "study":
+        return STUDY_JSON
+    if stem == "analysis":
+        return SCALING_SPEC_JSON
+    run, kind = stem.rsplit(".", 1)
+    return RUNS[run].spec_json if kind == "pretrain" else RUNS[run].transfer_json()
 
 
 def spec_wildcards(path):
@@ -218,11 +223,6 @@ def kind_of_run(run):
     return kinds.kind_of(RUNS[run].spec["task"])
 
 
-KIND_FIGURE_RULES = tuple(
-    dict.fromkeys(rule for kind in kinds.KINDS.values() for rule in kind.figure_rules)
-)
-
-
 def figure_runs():
     """Runs that get their own figure set: the named tasks (scaling points and ablations are
     summarised by the scaling figures instead)."""
@@ -249,12 +249,22 @@ def data_inputs(run):
     return kind_of_run(run).data_folders(RUNS[run].spec["task"])
 
 
-def rerun_command(options=""):
-    """The snakemake command of this study (--configfile last: it takes every argument after it)."""
-    files = " ".join(str(f) for f in workflow.overwrite_configfiles or [])
-    return " ".join(
-        ["snakemake", options] + ([f"--configfile {files}"] if files else [])
-    ).replace("  ", " ")
+# --- stopping: a signal to snakemake reaches its running jobs (study/stopping.py) ---------------
+
+
+def running_job_shells():
+    """The pids of the shells snakemake runs the local jobs in (none under a cluster executor, whose
+    own cancel reaches the jobs)."""
+    from snakemake.shell import shell as snakemake_shell
+
+    return [p.pid for p in list(getattr(snakemake_shell, "_processes", {}).values())]
+
+
+# A job's shell waits for its job and exits as the job does when it gets SIGTERM (a terminal's or a
+# scheduler's signal to the whole process group): bash would otherwise exit at once, leave the job
+# running on its own, and snakemake would take the job for stopped while it still saves its state.
+if Path(shell.get_executable() or "").name == "bash":
+    shell.prefix("set -euo pipefail; trap : TERM; ")
 
 
 def check_report_captions():
@@ -420,7 +430,7 @@ SCALING_FIGURES = names.scaling_figures(RUNS)  # those the study has data for
 
 
 def scaling_enabled():
-    return any(run.role in ("scaling", "ablation") for run in RUNS.values())
+    return has_analysis(RUNS)
 
 
 # --- every path the study writes: absent or of the right type, checked before anything is written
@@ -434,6 +444,56 @@ def check_written_paths():
             f"snakemake: cannot run the study: {problem}", file=sys.stderr, flush=True
         )
         raise SystemExit(1)
+
+
+# A folder handed over (its study_config.json deleted, as the refusal of another config's study_name says)
+# holds tables no check of this config has read; a normal run rereads a table it reruns, but snakemake
+# reruns nothing downstream of the owner's new record, so the handed-over tables are checked here.
+def check_handed_over_tables():
+    if Path(OWNER_FILE).exists():
+        return
+    tables = [("trajectory", p) for p in all_trajectories()]
+    tables += [("attention", p) for p in all_attention()]
+    tables += [("transfer", p) for p in all_transfer_tables()]
+    problem = preflight.tables_problem([(k, p) for k, p in tables if Path(p).exists()])
+    if problem:
+        print(
+            f"snakemake: cannot run the study: {problem} (a folder handed over: its tables are checked first)",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(1)
+
+
+def jobs_to_run():
+    """The jobs this run will run, keyed as their logs (results/<study>/logs/<key>.log)."""
+    keys = []
+    for job in workflow.dag.needrun_jobs():
+        if job.log and Path(R) / "logs" in Path(str(job.log[0])).parents:
+            keys.append(
+                str(Path(str(job.log[0])).relative_to(f"{R}/logs").with_suffix(""))
+            )
+    return keys
+
+
+def run_outputs():
+    """The outputs of every job of this run's DAG (temporary ones left out), by rule: what "done" means;
+    with --until, --omit-from or --allowed-rules (a part of the study asked for), those of the jobs run.
+    """
+    settings = workflow.dag_settings
+    partial = any(
+        getattr(settings, name, None)
+        for name in ("until", "omit_from", "allowed_rules")
+    )
+    by_rule = {}
+    for job in (
+        workflow.dag.needrun_jobs(exclude_finished=False)
+        if partial
+        else workflow.dag.jobs
+    ):
+        files = [str(f) for f in job.output if not is_flagged(f, "temp")]
+        by_rule.setdefault(job.rule.name, []).extend(files)
+    return by_rule
 
 
 STUDY_FILE = spec_file("study", STUDY_JSON)

@@ -7,13 +7,27 @@ from pathlib import Path
 
 
 def register(sub) -> None:
+    from ._args import InputFile, JsonObject, OutputFile, OutputFolder
+
     p = sub.add_parser("aggregate", help="concatenate per-job tables into results/<study>/tables and summarise them")
-    p.add_argument("--trajectories", nargs="+", required=True, help="per-job pretraining trajectory tables")
-    p.add_argument("--attention", nargs="+", required=True, help="per-job attention tables")
-    p.add_argument("--transfer", nargs="*", default=[], help="per-job transfer tables")
-    p.add_argument("--study-json", required=True, help="the validated study config as JSON (for provenance)")
-    p.add_argument("--outdir", required=True, help="folder for the aggregated tables")
-    p.add_argument("--provenance-json", default=None, help="also write the provenance here (results/provenance.json)")
+    p.add_argument(
+        "--trajectories", nargs="+", type=InputFile(), required=True, help="per-job pretraining trajectory tables"
+    )
+    p.add_argument("--attention", nargs="+", type=InputFile(), required=True, help="per-job attention tables")
+    p.add_argument("--transfer", nargs="*", type=InputFile(), default=[], help="per-job transfer tables")
+    p.add_argument(
+        "--study-json",
+        type=JsonObject(text=True, bare_files=True),
+        required=True,
+        help="the validated study config as JSON (for provenance)",
+    )
+    p.add_argument("--outdir", type=OutputFolder(), required=True, help="folder for the aggregated tables")
+    p.add_argument(
+        "--provenance-json",
+        type=OutputFile(),
+        default=None,
+        help="also write the provenance here (results/provenance.json)",
+    )
     p.set_defaults(func=run)
 
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import OutputFile, threads
+
     p = sub.add_parser("calibrate", help="time small jobs here against the cost model (a few seconds)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads, as the study's jobs use")
-    p.add_argument("--out", default=None, help="write the calibration as JSON here (default: print it)")
+    p.add_argument("--threads", type=threads(), default=1, help="torch threads, as the study's jobs use")
+    p.add_argument(
+        "--out", type=OutputFile(), default=None, help="write the calibration as JSON here (default: print it)"
+    )
     p.set_defaults(func=run)
 
 

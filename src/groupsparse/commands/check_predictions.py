@@ -11,14 +11,25 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import InputFile, OutputFile
+
     p = sub.add_parser(
         "check-predictions",
         help="test a study's fixed predictions (rule predict) against pretraining runs made outside its DAG",
     )
-    p.add_argument("--predictions", required=True, help="the study's predictions table (Parquet)")
-    p.add_argument("--spec", required=True, help="the study's analysis spec (JSON), as rule predict read it")
-    p.add_argument("--trajectories", nargs="+", required=True, metavar="PATH", help="trajectory tables of the runs")
-    p.add_argument("--out-csv", default=None, help="write the verdict rows as CSV")
+    p.add_argument("--predictions", type=InputFile(), required=True, help="the study's predictions table (Parquet)")
+    p.add_argument(
+        "--spec", type=InputFile(), required=True, help="the study's analysis spec (JSON), as rule predict read it"
+    )
+    p.add_argument(
+        "--trajectories",
+        nargs="+",
+        type=InputFile(),
+        required=True,
+        metavar="PATH",
+        help="trajectory tables of the runs",
+    )
+    p.add_argument("--out-csv", type=OutputFile(), default=None, help="write the verdict rows as CSV")
     p.set_defaults(func=run)
 
 

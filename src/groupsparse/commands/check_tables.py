@@ -4,11 +4,15 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import InputFile, OutputFile
+
     p = sub.add_parser("check-tables", help="check every per-job table before aggregation (schema only, fast)")
-    p.add_argument("--trajectories", nargs="*", default=[], help="per-job pretraining trajectory tables")
-    p.add_argument("--attention", nargs="*", default=[], help="per-job attention tables")
-    p.add_argument("--transfer", nargs="*", default=[], help="per-job transfer tables")
-    p.add_argument("--out", required=True, help="a marker file written when every table passes")
+    p.add_argument(
+        "--trajectories", nargs="*", type=InputFile(), default=[], help="per-job pretraining trajectory tables"
+    )
+    p.add_argument("--attention", nargs="*", type=InputFile(), default=[], help="per-job attention tables")
+    p.add_argument("--transfer", nargs="*", type=InputFile(), default=[], help="per-job transfer tables")
+    p.add_argument("--out", type=OutputFile(), required=True, help="a marker file written when every table passes")
     p.set_defaults(func=run)
 
 

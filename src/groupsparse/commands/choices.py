@@ -5,9 +5,21 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import InputFile
+
     p = sub.add_parser("choices", help="rewrite docs/STUDY.md's table of choices from the schema and config.yaml")
-    p.add_argument("--study", default="docs/STUDY.md", help="the Markdown file holding the table between its markers")
-    p.add_argument("--config", default="config.yaml", help="the default study, whose values the last column shows")
+    p.add_argument(
+        "--study",
+        type=InputFile(),
+        default="docs/STUDY.md",
+        help="the Markdown file holding the table between its markers",
+    )
+    p.add_argument(
+        "--config",
+        type=InputFile(),
+        default="config.yaml",
+        help="the default study, whose values the last column shows",
+    )
     p.set_defaults(func=run)
 
 

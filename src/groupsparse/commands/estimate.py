@@ -9,19 +9,31 @@ run; torch is not imported.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 
 def register(sub) -> None:
+    from ._args import POSITIVE_INT, InputFile
+
     p = sub.add_parser("estimate", help="estimate the time and memory of a planned study (no job is run)")
     p.add_argument(
         "--configfile",
         nargs="+",
+        type=InputFile(),
         default=["config.yaml"],
         help="study config (default: config.yaml); several are merged in order, as snakemake merges them",
     )
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
+    p.add_argument(
+        "--cores",
+        type=POSITIVE_INT,
+        default=os.cpu_count() or 1,
+        help="cores of the run (default: all of this machine's, as the local profile's cores: all): the last line "
+        "is the run's own start line for them, calibrated here (a few seconds; results/<study>/calibration.json)",
+    )
+    p.add_argument("--no-calibration", action="store_true", help="skip the calibrated line (a cluster's login node)")
     p.add_argument("--brief", action="store_true", help="only the totals per rule, not one line per (rule, run)")
     p.set_defaults(func=run)
 
@@ -53,8 +65,36 @@ def load_study(paths) -> tuple[dict, dict]:
     return config, runs
 
 
+def preflight_name(config: dict, paths) -> str:
+    from ..study import preflight
+
+    return preflight.study_name(config, paths)
+
+
+def study_job_keys(jobs: dict[str, list[dict]]) -> list[str]:
+    """The jobs' keys as their logs name them (pretrain/<run>/seeds<chunk>, transfer/<run>/seeds<chunk>/<group>,
+    figures/<run>, ...): those the cost model predicts; the rest (specs, the owner) take no modelled time."""
+    keys = []
+    for rule, each in jobs.items():
+        for w in each:
+            if rule == "pretrain":
+                keys.append(f"pretrain/{w['run']}/seeds{w['chunk']}")
+            elif rule == "transfer":
+                keys.append(f"transfer/{w['run']}/seeds{w['chunk']}/{w['group']}")
+            elif rule == "figures":
+                keys.append(f"figures/{w['run']}")
+            elif rule == "transfer_figure":
+                keys.append(f"figures/{w['run']}.transfer")
+            elif "run" in w:
+                keys.append(f"figures/{w['run']}.{rule}")
+            elif rule in ("check_tables", "aggregate", "scaling", "review"):
+                keys.append(rule)
+    return keys
+
+
 def run(args) -> int:
     from .. import costs
+    from ..study.jobs import job_count
 
     config, runs = load_study(args.configfile)
     device = args.device or config["device"]  # --device: what the same study would cost on the other device
@@ -97,9 +137,12 @@ def run(args) -> int:
     small = costs.SMALL_JOBS
     n_small = 1 + 1 + len([r for r in runs.values() if r.role == "task"])
     small_h = (small["aggregate"][0] * 2 + small["figures"][0] * n_small + small["scaling"][0]) / 3600
+    long_jobs = sum(r["jobs"] for r in rows)
+    total = job_count(runs)  # as snakemake counts its steps: specs, tables, figures and the target too
     print(
-        f"total: {sum(r['jobs'] for r in rows)} pretrain/transfer jobs, {cpu_h:.1f} CPU-hours on one thread "
-        f"(+ about {small_h:.2f} h of aggregate/figure jobs, stated constants, not measured)",
+        f"total: {total} jobs ({long_jobs} pretraining and transfer, {total - long_jobs} others: specs, tables, "
+        f"figures, the target), {cpu_h:.1f} CPU-hours on one thread by the cost model (its reference machine; "
+        f"+ about {small_h:.2f} h of table and figure jobs, stated constants, not measured)",
         file=out,
     )
     if gpu:
@@ -109,4 +152,14 @@ def run(args) -> int:
         print(
             f"wall: {dev_h:.1f} job-hours with the config's threads (thread speed-up assumed, not measured)", file=out
         )
+    if not args.no_calibration:  # the run's start line, in its words, for a fresh run on --cores
+        from ..costs import calibrate
+        from ..study.jobs import study_jobs
+
+        name = preflight_name(config, args.configfile)
+        keys = study_job_keys(study_jobs(runs))
+        line = calibrate.study_estimate_line(
+            runs, config | {"device": device}, args.cores, f"results/{name}", keys, total
+        )
+        print(line, file=out)
     return 0

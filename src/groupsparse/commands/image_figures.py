@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
-from ._args import load_spec_arg, set_threads
+from ._args import set_threads
 
 
 def register(sub) -> None:
+    from ..config.specs import RunSpec
+    from ._args import NONNEGATIVE_INT, POSITIVE_INT, InputFile, JsonObject, OutputFolder, threads
+
     p = sub.add_parser("image-figures", help="figures of a real-image run (PNG and PDF)")
     p.add_argument(
         "--spec",
-        type=load_spec_arg,
+        type=JsonObject(RunSpec.from_dict),
         required=True,
         help="the run spec (task.kind: images) as JSON, or @file.json/@file.yaml",
     )
-    p.add_argument("--checkpoint", required=True, help="pretraining checkpoint (.safetensors) of this spec")
-    p.add_argument("--attention", required=True, help="pretraining attention table (Parquet) of this spec")
-    p.add_argument("--outdir", required=True, help="folder for the figures")
-    p.add_argument("--examples", type=int, default=4, help="example inputs to show (test split)")
-    p.add_argument("--seed", type=int, default=None, help="repetition whose examples are shown (default: first ok)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument(
+        "--checkpoint", type=InputFile(), required=True, help="pretraining checkpoint (.safetensors) of this spec"
+    )
+    p.add_argument(
+        "--attention", type=InputFile(), required=True, help="pretraining attention table (Parquet) of this spec"
+    )
+    p.add_argument("--outdir", type=OutputFolder(), required=True, help="folder for the figures")
+    p.add_argument("--examples", type=POSITIVE_INT, default=4, help="example inputs to show (test split)")
+    p.add_argument(
+        "--seed", type=NONNEGATIVE_INT, default=None, help="repetition whose examples are shown (default: first ok)"
+    )
+    p.add_argument("--threads", type=threads(), default=1, help="torch threads")
     p.set_defaults(func=run)
 
 

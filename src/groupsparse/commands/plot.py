@@ -7,6 +7,8 @@ from pathlib import Path
 
 
 def register(sub) -> None:
+    from ._args import NAME, InputFolder, OutputFolder
+
     p = sub.add_parser(
         "plot",
         help="figures of one run (PNG and PDF) from results/<study>/tables, or --headline: one figure per "
@@ -14,11 +16,14 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--tables",
+        type=InputFolder(),
         help="folder with the aggregated tables (results/<study>/tables; a committed docs/<study>/tables "
         "serves --kind transfer from its CSV)",
     )
-    p.add_argument("--run", help="run name, e.g. base")
-    p.add_argument("--outdir", help="folder for this run's figures (--headline: default <docs>/figures)")
+    p.add_argument("--run", type=NAME, help="run name, e.g. base")
+    p.add_argument(
+        "--outdir", type=OutputFolder(), help="folder for this run's figures (--headline: default <docs>/figures)"
+    )
     p.add_argument(
         "--kind",
         choices=["pretrain", "transfer"],

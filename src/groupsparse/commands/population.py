@@ -27,6 +27,8 @@ FLOW_COLUMNS = ("record", "r_own", "r_other", "solver_steps", "field_evaluations
 
 
 def register(sub) -> None:
+    from ._args import NONNEGATIVE_INT, OutputFile, threads
+
     p = sub.add_parser(
         "population",
         help="one trajectory of population gradient descent from the zero start (the closed-form batch "
@@ -63,14 +65,15 @@ def register(sub) -> None:
     p.add_argument("--rtol", type=float, default=None, help="flow: the solver's relative tolerance")
     p.add_argument("--atol", type=float, default=None, help="flow: the solver's absolute tolerance")
     p.add_argument("--batch", type=int, default=512, help="samples per step, drawn with their mirror images (even)")
-    p.add_argument("--seed", type=int, default=0, help="repetition: its own task (j*, v*) and data stream")
+    p.add_argument("--seed", type=NONNEGATIVE_INT, default=0, help="repetition: its own task (j*, v*) and data stream")
     p.add_argument("--study-seed", type=int, default=STUDY_SEED, help="root of the hashed seeds (the studies' own)")
     p.add_argument("--eval-size", type=int, default=2048, help="evaluation samples (even)")
     p.add_argument("--record-every", type=int, default=None, help="steps between records (default steps / 256)")
     p.add_argument("--dtype", choices=("float32", "float64"), default=None, help="gd: float32 (default); flow: float64")
-    p.add_argument("--threads", type=int, default=1, help="torch threads")
-    p.add_argument("--out", required=True, help="output CSV")
-    p.set_defaults(func=run)
+    p.add_argument("--threads", type=threads(), default=1, help="torch threads")
+    p.add_argument("--out", type=OutputFile(), required=True, help="output CSV")
+    # every other argument reaches the run spec: checked as a job's spec, with its memory (_specs.check_specs)
+    p.set_defaults(func=run, specs_of=lambda args: [spec_dict(args)])
 
 
 FLOW_ARGS = {"samples": "samples", "sampler": "sampler", "eval_samples": "eval_samples", "nodes": "nodes",
@@ -92,7 +95,7 @@ def spec_dict(args) -> dict:
         "eta_D_limit": args.eta_D_limit,
         "batch": args.batch,
         "eval_size": args.eval_size,
-        "record_every": args.record_every or max(1, steps // 256),
+        "record_every": max(1, steps // 256) if args.record_every is None else args.record_every,
         "attention_checkpoints": 1,
         "solver": args.solver,
     }

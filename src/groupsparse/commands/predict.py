@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import InputFile, OutputFile
+
     p = sub.add_parser(
         "predict",
         help="fit 1 - min attention at kappa D^3 on the grid runs with D <= fit_D_max (power and exponential "
@@ -12,6 +14,7 @@ def register(sub) -> None:
     p.add_argument(
         "--trajectories",
         nargs="*",
+        type=InputFile(),
         default=[],
         metavar="PATH",
         help="per-run pretraining trajectory tables of the grid runs with D <= scaling.analysis.fit_D_max "
@@ -20,13 +23,16 @@ def register(sub) -> None:
     p.add_argument(
         "--external",
         nargs="*",
+        type=InputFile(),
         default=[],
         metavar="CSV",
         help="other studies' committed predictions tables (scaling.analysis.external_predictions), added as they are",
     )
-    p.add_argument("--spec", required=True, help="analysis spec (JSON): scaling.analysis and ablations.analysis")
-    p.add_argument("--out", required=True, help="output Parquet: the predictions table")
-    p.add_argument("--out-csv", required=True, help="the predictions table as CSV")
+    p.add_argument(
+        "--spec", type=InputFile(), required=True, help="analysis spec (JSON): scaling.analysis and ablations.analysis"
+    )
+    p.add_argument("--out", type=OutputFile(), required=True, help="output Parquet: the predictions table")
+    p.add_argument("--out-csv", type=OutputFile(), required=True, help="the predictions table as CSV")
     p.set_defaults(func=run)
 
 

@@ -21,14 +21,24 @@ COLUMNS = ("question", "run", "downstream", "what", "answer", "detail")  # what:
 
 
 def register(sub) -> None:
+    from ._args import InputFile, InputFolder, Number, OutputFile
+
+    FRACTION = Number(float, 0, 1, exclusive_minimum=True, exclusive_maximum=True)
     p = sub.add_parser("review", help="a study's answers on one screen: per README question, verdicts, what failed")
-    p.add_argument("results", help="a study's results folder, e.g. results/default (or a docs page: docs/results)")
-    p.add_argument("--target", type=float, default=0.9, help="accuracy target for the n needed (default 0.9)")
+    p.add_argument(
+        "results",
+        type=InputFolder(),
+        help="a study's results folder, e.g. results/default (or a docs page: docs/results)",
+    )
+    p.add_argument("--target", type=FRACTION, default=0.9, help="accuracy target for the n needed (default 0.9)")
     p.add_argument("--all", action="store_true", help="the full tables: every run's n, every claim, every problem")
     p.add_argument("--csv", action="store_true", help="the full tables as CSV")
-    p.add_argument("--out", default=None, help="write to this file (atomically) instead of the terminal")
+    p.add_argument(
+        "--out", type=OutputFile(), default=None, help="write to this file (atomically) instead of the terminal"
+    )
     p.add_argument(
         "--intro",
+        type=InputFile(),
         default=None,
         help="a reStructuredText file: write it, then the summary as a section (the HTML report's front page)",
     )
@@ -256,11 +266,36 @@ def front_page(intro: str, summary: str) -> str:
     return intro.rstrip() + "\n\nThis run\n--------\n\n" + "\n".join(lines) + "\n\n" + FRONT_STYLE
 
 
+def check_tables_readable(results: str | Path) -> None:
+    """Every table the review may read (results/<study>/tables/, or a docs folder's tables) opens: a corrupt
+    one is refused naming the file and what is wrong with it, before any is read."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from ..io.files import InputError
+
+    results = Path(results)
+    folders = [results / "tables" if (results / "tables").is_dir() else results]
+    for path in sorted(p for folder in folders for p in folder.iterdir() if p.suffix in (".csv", ".parquet")):
+        try:
+            if path.suffix == ".parquet":
+                pq.read_schema(path)
+            else:
+                pd.read_csv(path, nrows=100_000)
+        except Exception as exc:  # noqa: BLE001  (pandas and pyarrow raise many types for a corrupt file)
+            what = " ".join(str(exc).split())[:200]
+            raise InputError(
+                f"{path}: not a readable {path.suffix[1:].upper()} table ({type(exc).__name__}: {what}); "
+                "delete it and rerun the rule that makes it"
+            ) from None
+
+
 def run(args) -> int:
     import sys
 
     from ..io.files import write_text_atomic
 
+    check_tables_readable(args.results)
     if args.csv or args.all:
         df = review(args.results, args.target, all_runs=True)
         text = df.to_csv(index=False) if args.csv else full_text(df) + "\n"

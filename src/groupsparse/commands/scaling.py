@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import NAME, InputFile, OutputFile, OutputFolder
+
     p = sub.add_parser(
         "scaling",
         help="fit convergence time, sample complexity and attention concentration; "
@@ -12,34 +14,58 @@ def register(sub) -> None:
     p.add_argument(
         "--trajectories",
         nargs="+",
+        type=InputFile(named=True),
         required=True,
         metavar="[RUN=]PATH",
         help="pretraining trajectory tables; RUN= names the run (else the table's run column, "
         "else its task_name). Each table's role column says which runs are scaling points "
         "and which ablations",
     )
-    p.add_argument("--transfer", nargs="*", default=[], metavar="[RUN=]PATH", help="transfer tables, named as above")
-    p.add_argument("--out-claims", required=True, help="output Parquet: claim, prediction, measured, interval, verdict")
-    p.add_argument("--out-claims-csv", default=None, help="also write the claims as CSV (for the report)")
-    p.add_argument("--out-fits", required=True, help="output Parquet: one row per fitted relation")
-    p.add_argument("--out-ablations", default=None, help="output Parquet: ablation metrics beside the baseline")
-    p.add_argument("--out-points", default=None, help="output Parquet: the observations behind every fit")
-    p.add_argument("--out-crossings", default=None, help="output Parquet: per-seed steps to each threshold")
+    p.add_argument(
+        "--transfer",
+        nargs="*",
+        type=InputFile(named=True),
+        default=[],
+        metavar="[RUN=]PATH",
+        help="transfer tables, named as above",
+    )
+    p.add_argument(
+        "--out-claims",
+        type=OutputFile(),
+        required=True,
+        help="output Parquet: claim, prediction, measured, interval, verdict",
+    )
+    p.add_argument(
+        "--out-claims-csv", type=OutputFile(), default=None, help="also write the claims as CSV (for the report)"
+    )
+    p.add_argument("--out-fits", type=OutputFile(), required=True, help="output Parquet: one row per fitted relation")
+    p.add_argument(
+        "--out-ablations", type=OutputFile(), default=None, help="output Parquet: ablation metrics beside the baseline"
+    )
+    p.add_argument(
+        "--out-points", type=OutputFile(), default=None, help="output Parquet: the observations behind every fit"
+    )
+    p.add_argument(
+        "--out-crossings", type=OutputFile(), default=None, help="output Parquet: per-seed steps to each threshold"
+    )
     p.add_argument(
         "--out-by-D",
+        type=OutputFile(),
         default=None,
         help="output CSV: per run group and D, side by side, the flow time to each theorem target and "
         "1 - min attention at each kappa (geometric means over seeds, t intervals)",
     )
-    p.add_argument("--figures", required=True, help="directory for the figures (PNG and PDF)")
+    p.add_argument("--figures", type=OutputFolder(), required=True, help="directory for the figures (PNG and PDF)")
     p.add_argument(
         "--figure-names",
         nargs="*",
+        type=NAME,
         default=None,
         help="the scaling figures to draw (default: every one; the workflow names those its study has data for)",
     )
     p.add_argument(
         "--spec",
+        type=InputFile(),
         required=True,
         help="analysis spec (JSON): the config's scaling.analysis and ablations.analysis, defaults filled",
     )
@@ -53,6 +79,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--predictions",
+        type=InputFile(),
         default=None,
         help="the predictions table of `groupsparse predict` (D <= fit_D_max): larger-D runs are judged against it",
     )

@@ -9,17 +9,31 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import POSITIVE, POSITIVE_INT, InputFolder, OutputFile, OutputFolder
+
     p = sub.add_parser("snapshot", help="write a finished study's results to the docs, the findings and the README")
-    p.add_argument("--results", default="results/default", help="a finished study's results folder")
-    p.add_argument("--docs", default="docs/results", help="where the figure copies go (the tables in <docs>/tables)")
-    p.add_argument("--out", default="docs/results.md", help="the Markdown file written (whole, generated)")
+    p.add_argument(
+        "--results",
+        type=InputFolder(missing_ok=True),
+        default="results/default",
+        help="a finished study's results folder",
+    )
+    p.add_argument(
+        "--docs",
+        type=OutputFolder(),
+        default="docs/results",
+        help="where the figure copies go (the tables in <docs>/tables)",
+    )
+    p.add_argument(
+        "--out", type=OutputFile(), default="docs/results.md", help="the Markdown file written (whole, generated)"
+    )
     p.add_argument(
         "--wall-seconds",
-        type=float,
+        type=POSITIVE,
         default=None,
         help="wall time of the snakemake run, to report beside the sum of the job times",
     )
-    p.add_argument("--cores", type=int, default=2, help="cores the run used (for the overhead ratio)")
+    p.add_argument("--cores", type=POSITIVE_INT, default=2, help="cores the run used (for the overhead ratio)")
     p.add_argument(
         "--allow-dirty",
         action="store_true",

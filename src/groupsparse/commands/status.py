@@ -1,7 +1,9 @@
-"""`groupsparse status`: one line per job of a study, read from its logs and benchmark files.
+"""`groupsparse status`: one line per job of a study: done, running, interrupted, failed or not started.
 
-Snakemake writes a job's benchmark file when the job ends; a log without one is running (or
-was killed: its age says which), a log with an error line is failed.
+Read from what snakemake and the jobs record (``groupsparse.study.jobstate``): the run's list of jobs
+(results/<study>/jobs.json), snakemake's incomplete markers and lock, the outputs, the processes running
+in the study's folder, the logs' error and progress lines. A study run before jobs.json was written is
+read from its logs and benchmark files alone.
 """
 
 from __future__ import annotations
@@ -10,56 +12,68 @@ import re
 import time
 from pathlib import Path
 
-ERROR = re.compile(r"^(groupsparse [\w-]+: .*|Traceback \(most recent call last\):|\w+Error: .*)$")
+from ..study.jobstate import ERROR, STATES, benchmark_seconds
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="what is running, how far it is and what failed, one line per job")
+    from ._args import InputFolder
+
+    p = sub.add_parser("status", help="what is done, running, interrupted, failed or not started, one line per job")
     p.add_argument(
-        "results", nargs="?", default="results/default", help="the study's results folder (default: results/default)"
+        "results",
+        nargs="?",
+        type=InputFolder(missing_ok=True),  # a study not started yet: status says so
+        default="results/default",
+        help="the study's results folder (default: results/default)",
     )
     p.add_argument("--all", action="store_true", help="also list finished jobs (default: only the others)")
     p.set_defaults(func=run)
 
 
-def job_status(log: Path, benchmark: Path, now: float) -> tuple[str, str]:
+def logged_states(results: Path) -> list[tuple[str, str, str]]:
+    """(job, state, detail) from the logs alone (a study without jobs.json): done where snakemake wrote
+    the job's benchmark, failed where the log names an error, else unfinished."""
     from ..io.progress import PATTERN
 
-    text = log.read_text(errors="replace").splitlines() if log.is_file() else []
-    errors = [line for line in text if ERROR.match(line)]
-    progress = [m for m in map(PATTERN.match, text) if m]
-    if benchmark.is_file() and not errors:
-        return "done", progress[-1].group(0)[len("progress: ") :] if progress else ""
-    if errors:
-        return "failed", errors[-1][:160]
-    age = now - log.stat().st_mtime
-    where = progress[-1].group(0)[len("progress: ") :] if progress else "started"
-    return ("running" if age < 600 else "stalled?"), f"{where} (log written {age:.0f} s ago)"
+    logs, out = results / "logs", []
+    for log in sorted(logs.rglob("*.log")):
+        job = log.relative_to(logs).with_suffix("")
+        text = log.read_text(errors="replace").splitlines()
+        errors = [line for line in text if ERROR.match(line)]
+        progress = [m.group(0)[len("progress: ") :] for m in map(PATTERN.match, text) if m]
+        if (results / "benchmarks" / job.with_suffix(".tsv")).is_file() and not errors:
+            out.append((str(job), "done", progress[-1] if progress else ""))
+        elif errors:
+            out.append((str(job), "failed", errors[-1][:160]))
+        else:
+            out.append((str(job), "unfinished", progress[-1] if progress else ""))
+    return out
 
 
 def run(args) -> int:
+    from ..study.jobstate import JOBS_FILE, job_states
+
     results = Path(args.results)
-    logs = results / "logs"
-    if not logs.is_dir():
+    states = job_states(results)
+    if states is not None:
+        rows = [(s.key, s.state, s.detail) for s in states]
+        order = STATES
+    elif (results / "logs").is_dir():
+        rows, order = logged_states(results), ("done", "unfinished", "failed")
+        print(f"(no {results / JOBS_FILE}: this study's runs predate it; read from its logs alone)")
+    else:
         folders = ", ".join(sorted(p.name for p in results.parent.glob("*") if p.is_dir())) or "none"
         print(
-            f"groupsparse status: {logs} does not exist: no job of this study has started "
-            f"(results folders here: {folders})"
+            f"groupsparse status: no job of {results} has started ({results / JOBS_FILE} and {results / 'logs'} "
+            f"do not exist; results folders here: {folders})"
         )
         return 1
-    now = time.time()
-    counts: dict[str, int] = {}
-    lines = []
-    for log in sorted(logs.rglob("*.log")):
-        job = log.relative_to(logs).with_suffix("")
-        state, detail = job_status(log, results / "benchmarks" / job.with_suffix(".tsv"), now)
-        counts[state] = counts.get(state, 0) + 1
-        if args.all or state != "done":
-            lines.append(f"{str(job):<48} {state:<9} {detail}")
-    print("\n".join(lines) if lines else "no job running or failed")
-    print("jobs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-    left = time_left_line(results, now)
-    if left:
+    counts = {state: sum(r[1] == state for r in rows) for state in order}
+    lines = [f"{job:<48} {state:<12} {detail}".rstrip() for job, state, detail in rows if args.all or state != "done"]
+    print("\n".join(lines) if lines else "every job is done")
+    print(f"jobs: {len(rows)}: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n))
+    left = time_left_line(results, time.time())
+    if left and counts.get("done", 0) < len(rows):
         print(left)
     return 1 if counts.get("failed") else 0
 
@@ -68,15 +82,6 @@ def seconds_of(text: str) -> float:
     """Inverse of io.progress.duration: '12s', '3.5min', '2.1h' -> seconds (0 if unreadable)."""
     match = re.fullmatch(r"([0-9.]+)(s|min|h)", text.strip())
     return float(match.group(1)) * {"s": 1, "min": 60, "h": 3600}[match.group(2)] if match else 0.0
-
-
-def recorded_seconds(benchmark: Path) -> float | None:
-    """A finished job's wall seconds (the `s` column snakemake wrote), None if unreadable."""
-    try:
-        header, row = benchmark.read_text().splitlines()[:2]
-        return float(row.split("\t")[header.split("\t").index("s")])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def time_left_line(results: Path, now: float) -> str | None:
@@ -95,7 +100,7 @@ def time_left_line(results: Path, now: float) -> str | None:
         return None
     finished = {}
     for job, seconds in jobs.items():
-        took = recorded_seconds(results / "benchmarks" / f"{job}.tsv")
+        took = benchmark_seconds(results / "benchmarks" / f"{job}.tsv")
         if took is not None:
             finished[job] = (took, seconds)
     predicted = sum(p for _, p in finished.values())

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import POSITIVE_INT, InputFile, Text
+
+    WHERE = Text(r"[^=,\s]+=.*", "COL=VALUE")
+    COLUMNS = Text(r"[^,\s]+(,[^,\s]+)*", "comma-separated column names")
     p = sub.add_parser("summary", help="print a result table (Parquet) as an aligned text table")
     p.add_argument(
         "table",
+        type=InputFile(),
         help="a table of a study: results/<study>/tables/<name>.parquet, e.g. results/default/tables/summary.parquet",
     )
     p.add_argument(
         "--where",
         action="append",
+        type=WHERE,
         default=[],
         metavar="COL=VALUE",
         help="keep rows where COL equals VALUE (repeatable)",
     )
-    p.add_argument("--columns", default=None, help="comma-separated columns to show")
-    p.add_argument("--max-rows", type=int, default=200)
+    p.add_argument("--columns", type=COLUMNS, default=None, help="comma-separated columns to show")
+    p.add_argument("--max-rows", type=POSITIVE_INT, default=200, help="rows shown at most")
     p.set_defaults(func=run)
 
 

@@ -2,74 +2,119 @@
 
 from __future__ import annotations
 
-import argparse
-
-from ._args import load_spec_arg, set_threads
+from ._args import set_threads
 
 
-def parse_names(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"--methods: need a comma-separated list of methods, got {text!r}")
-    return names
+def validated_specs(args) -> tuple:
+    """(RunSpec, TransferSpec) of --spec: {"run": <RunSpec dict>, "transfer": <TransferSpec dict>}, each
+    validated as the workflow's are (ConfigError naming the key); once: check() leaves them in args."""
+    from ..config.specs import ConfigError, RunSpec
+    from ..transfer.spec import TransferSpec, check_transfer
+
+    raw = args.spec
+    if isinstance(raw, tuple):
+        return raw
+    if "run" not in raw:
+        raise ConfigError('--spec: must be {"run": <RunSpec dict>, "transfer": <TransferSpec dict>}')
+    unknown = sorted(set(raw) - {"run", "transfer"})
+    if unknown:
+        raise ConfigError(f"--spec.{unknown[0]}: unknown key; allowed: run, transfer")
+    run_spec = RunSpec.from_dict(raw["run"])
+    check_transfer(raw.get("transfer"))
+    return run_spec, TransferSpec.from_dict(raw.get("transfer"))
 
 
-def parse_sizes(text: str) -> list[int]:
+def check(args) -> None:
+    """Before any work: the methods and sizes against the spec's grid, and the job's memory by the cost model
+    (the workflow's checks of the same job)."""
+    from ..config.specs import ConfigError
+    from ..costs import transfer_cost
+    from ..transfer.spec import check_grid
+    from ._specs import machine_memory_mb
+
     try:
-        sizes = [int(p) for p in text.split(",") if p.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--sizes: need comma-separated integers, got {text!r}") from exc
-    if not sizes:
-        raise argparse.ArgumentTypeError(f"--sizes: need at least one sample size, got {text!r}")
-    return sizes
+        args.spec = run_spec, spec = validated_specs(args)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (in --spec)") from None
+    check_grid(args.methods, args.sizes, spec)
+    need = transfer_cost(run_spec.to_dict(), spec.to_dict(), args.methods, args.sizes, 1, "cpu").mem_mb
+    machine = machine_memory_mb()
+    if machine is not None and need > machine:
+        raise ConfigError(
+            f"--sizes, --spec: the job needs about {need:,.0f} MB (the cost model's estimate), over this machine's "
+            f"memory of {machine:,.0f} MB"
+        )
 
 
 def register(sub) -> None:
     from ..transfer.methods import method_names
     from ..transfer.spec import DEFAULT_SIZES
+    from ._args import POSITIVE_INT, Choice, InputFile, JsonObject, Listed, OutputFile, OutputFolder, threads
+
+    methods = Listed(Choice(method_names(), "method"), f"comma-separated, from: {','.join(method_names())}")
 
     p = sub.add_parser("transfer", help="fine-tune a pretrained checkpoint and fit baselines at many sample sizes")
     p.add_argument(
         "--spec",
-        type=load_spec_arg,
+        type=JsonObject(checked_later=True),
         required=True,
         help='{"run": <RunSpec of the pretraining run>, "transfer": <TransferSpec>} as JSON, or @file',
     )
-    p.add_argument("--checkpoint", required=True, help="pretraining checkpoint (.safetensors) of that run")
+    p.add_argument(
+        "--checkpoint", type=InputFile(), required=True, help="pretraining checkpoint (.safetensors) of that run"
+    )
     p.add_argument(
         "--methods",
-        type=parse_names,
+        type=methods,
         default=list(method_names()),
         help=f"comma-separated, from: {','.join(method_names())} (default: all)",
     )
     p.add_argument(
         "--sizes",
-        type=parse_sizes,
+        type=Listed(POSITIVE_INT, "comma-separated sample sizes (positive integers)"),
         default=list(DEFAULT_SIZES),
         help=f"training sample sizes n, comma-separated (default {','.join(map(str, DEFAULT_SIZES))})",
     )
-    p.add_argument("--out", required=True, help="output Parquet, one row per (downstream, seed, method, n)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (the job's thread count)")
-    p.set_defaults(func=run)
+    p.add_argument(
+        "--out", type=OutputFile(), required=True, help="output Parquet, one row per (downstream, seed, method, n)"
+    )
+    p.add_argument(
+        "--kept",
+        type=OutputFolder(none_allowed=True),
+        default=None,
+        help="folder keeping links to the finished outputs with their key, so that a rerun of the same job returns "
+        "them at once (default: .<NAME>.kept beside the output NAME; 'none': keep nothing)",
+    )
+    p.add_argument("--threads", type=threads(), default=1, help="torch threads (the job's thread count)")
+    p.set_defaults(func=run, check=check)
 
 
 def run(args) -> int:
-    from ..config.specs import ConfigError, RunSpec
     from ..io import files as io
-    from ..transfer.spec import TransferSpec, check_grid, check_transfer
+    from ..transfer.spec import check_grid
 
-    raw = args.spec
-    if not isinstance(raw, dict) or "run" not in raw:
-        raise ConfigError('--spec: must be {"run": <RunSpec dict>, "transfer": <TransferSpec dict>}')
-    unknown = sorted(set(raw) - {"run", "transfer"})
-    if unknown:
-        raise ConfigError(f"--spec.{unknown[0]}: unknown key; allowed: run, transfer")
-    # validated whoever wrote the file (a few milliseconds, before torch is imported)
-    run_spec = RunSpec.from_dict(raw["run"])
-    check_transfer(raw.get("transfer"))
-    spec = TransferSpec.from_dict(raw.get("transfer"))
-    check_grid(args.methods, args.sizes, spec)  # before any heavy import or work
+    # validated whoever wrote the file, with the methods and sizes, before torch is imported (check)
+    run_spec, spec = validated_specs(args)
+    check_grid(args.methods, args.sizes, spec)
     device = run_spec.device  # the spec is the one channel of the device
+    from ..study.finished import Kept, file_sha256, job_key, kept_folder
+
+    key = job_key(
+        "transfer",
+        run=run_spec.to_dict(),
+        transfer=spec.to_dict(),
+        methods=args.methods,
+        sizes=args.sizes,
+        checkpoint=file_sha256(args.checkpoint),
+    )
+    kept = Kept(kept_folder(args.kept, args.out), [args.out], key) if args.kept != "none" else None
+    if kept is not None and kept.restore():
+        print(
+            f"transfer {run_spec.task_name}: finished before with this spec, checkpoint and code; its table is "
+            f"back from {kept.folder} (nothing recomputed)",
+            flush=True,
+        )
+        return 0
     set_threads(args.threads)
 
     from ..transfer.runner import run_transfer, transfer_hash
@@ -104,6 +149,8 @@ def run(args) -> int:
     res.table.insert(1 if "run" in res.table else 0, "role", run_spec.role)  # the run's role and variant, as columns
     res.table.insert(2 if "run" in res.table else 1, "variant", run_spec.variant)
     io.write_parquet(res.table, args.out, prov)
+    if kept is not None:
+        kept.keep()
     summary = res.table.groupby(["downstream", "method", "n"])["test_accuracy"].mean().unstack("n")
     print(summary.round(3).to_string(), flush=True)
     counts = res.table["status"].value_counts().to_dict()

@@ -13,6 +13,8 @@ from .population import STUDY_SEED
 
 
 def register(sub) -> None:
+    from ._args import NONNEGATIVE_INT, POSITIVE, POSITIVE_INT, OutputFile, setting, threads
+
     p = sub.add_parser(
         "transverse",
         help="per D: growth rates of perturbations transverse to population GD's invariant subspace, per "
@@ -22,30 +24,49 @@ def register(sub) -> None:
         "eta x lam_max, the per-step growth factor rho_step = max |1 - eta lambda|, growth_per_flow_time = "
         "log(rho_step) / eta, and grows (the bound from inside shows growth by 2 standard errors).",
     )
-    p.add_argument("--d", type=int, default=10, help="group dimension (default 10, the population study's)")
-    p.add_argument("--D", type=int, nargs="+", required=True, help="numbers of groups, e.g. --D 4 6 8 12 16 24 32")
-    p.add_argument("--eta", type=float, default=0.5, help="step size cap (default 0.5)")
-    p.add_argument("--eta-D-limit", type=float, default=6.0, help="step size min(eta, this / D) (default 6)")
-    p.add_argument("--batch", type=int, default=128, help="the projected run's batch (default 128, the study's)")
-    p.add_argument("--flow-time-per-D3", type=float, default=2.0, help="trajectory length in flow time / D^3")
-    p.add_argument("--max-steps", type=int, default=8192, help="cap on the trajectory's steps (default 8192)")
-    p.add_argument("--samples", type=int, default=2048, help="antithetic pairs in each Hessian sample A and B")
-    p.add_argument("--iters", type=int, default=20, help="Lanczos steps per sector and checkpoint (default 20)")
-    p.add_argument("--hessian-samples", type=int, default=16384, help="pairs per sample at the zero start")
-    p.add_argument("--seed", type=int, default=0, help="repetition: its task (j*, v*) and data stream")
-    p.add_argument("--study-seed", type=int, default=STUDY_SEED, help="root of the hashed seeds")
+    p.add_argument(
+        "--d", type=setting("task.d"), default=10, help="group dimension (default 10, the population study's)"
+    )
+    p.add_argument(
+        "--D", type=setting("task.D"), nargs="+", required=True, help="numbers of groups, e.g. --D 4 6 8 12 16 24 32"
+    )
+    p.add_argument("--eta", type=setting("pretrain.eta"), default=0.5, help="step size cap (default 0.5)")
+    p.add_argument(
+        "--eta-D-limit",
+        type=setting("pretrain.eta_D_limit"),
+        default=6.0,
+        help="step size min(eta, this / D) (default 6)",
+    )
+    p.add_argument(
+        "--batch",
+        type=setting("pretrain.batch"),
+        default=128,
+        help="the projected run's batch (default 128, the study's)",
+    )
+    p.add_argument("--flow-time-per-D3", type=POSITIVE, default=2.0, help="trajectory length in flow time / D^3")
+    p.add_argument("--max-steps", type=POSITIVE_INT, default=8192, help="cap on the trajectory's steps (default 8192)")
+    p.add_argument("--samples", type=POSITIVE_INT, default=2048, help="antithetic pairs in each Hessian sample A and B")
+    p.add_argument(
+        "--iters", type=POSITIVE_INT, default=20, help="Lanczos steps per sector and checkpoint (default 20)"
+    )
+    p.add_argument("--hessian-samples", type=POSITIVE_INT, default=16384, help="pairs per sample at the zero start")
+    p.add_argument("--seed", type=NONNEGATIVE_INT, default=0, help="repetition: its task (j*, v*) and data stream")
+    p.add_argument("--study-seed", type=setting("study_seed"), default=STUDY_SEED, help="root of the hashed seeds")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="the trajectory's precision")
-    p.add_argument("--threads", type=int, default=1, help="torch threads")
-    p.add_argument("--out", required=True, help="output CSV: the transverse_by_D table")
-    p.add_argument("--hessian-out", default=None, help="output CSV: the zero start's top eigenvalue per D")
+    p.add_argument("--threads", type=threads(), default=1, help="torch threads")
+    p.add_argument("--out", type=OutputFile(), required=True, help="output CSV: the transverse_by_D table")
+    p.add_argument(
+        "--hessian-out", type=OutputFile(), default=None, help="output CSV: the zero start's top eigenvalue per D"
+    )
     p.add_argument(
         "--propagation-out",
+        type=OutputFile(),
         default=None,
         help="output CSV: per D up to --propagate-up-to, a tiny perturbation per sector carried step by step along "
         "the trajectory by the linearised GD map (columns step, flow_time, sector, log_growth)",
     )
-    p.add_argument("--propagate-up-to", type=int, default=8, help="largest D to propagate (default 8)")
-    p.set_defaults(func=run)
+    p.add_argument("--propagate-up-to", type=setting("task.D"), default=8, help="largest D to propagate (default 8)")
+    p.set_defaults(func=run, specs_of=lambda args: [spec_dict(args, D) for D in args.D], check=check)
 
 
 def spec_dict(args, D: int) -> dict:
@@ -73,6 +94,19 @@ def spec_dict(args, D: int) -> dict:
     }
 
 
+def check(args) -> None:
+    """Before any run: each Monte Carlo sample splits into equal chunks (the run specs of every D are checked
+    as the workflow's, by groupsparse.commands._specs.check_specs)."""
+    from ..config.errors import ConfigError
+    from ..training import transverse
+
+    for name in ("samples", "hessian_samples"):
+        if getattr(args, name) % transverse.CHUNKS:
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: got {getattr(args, name)}; allowed: a multiple of {transverse.CHUNKS}"
+            )
+
+
 def run(args) -> int:
     import pandas as pd
 
@@ -81,15 +115,7 @@ def run(args) -> int:
     from ..training import transverse
     from ._args import set_threads
 
-    for name in ("samples", "iters", "hessian_samples", "max_steps", "d"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("samples", "hessian_samples"):  # checked before any run: a sample splits into equal chunks
-        if getattr(args, name) % transverse.CHUNKS:
-            raise ValueError(
-                f"--{name.replace('_', '-')} must be a multiple of {transverse.CHUNKS}, got {getattr(args, name)}"
-            )
-    specs = {D: RunSpec.from_dict(spec_dict(args, D)) for D in args.D}  # every D checked before any runs
+    specs = {D: RunSpec.from_dict(spec_dict(args, D)) for D in args.D}  # every D checked (check_specs) before any run
     set_threads(args.threads)
     rows, hessian, propagated = [], [], []
     for D, spec in specs.items():

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from ._args import JsonObject, OutputFile
+
+    JSON_TEXT = JsonObject(text=True)
     p = sub.add_parser("write-spec", help="write a spec file the workflow built from the checked study")
-    p.add_argument("--json", required=True, help="the file's bytes: a JSON object")
+    p.add_argument("--json", type=JSON_TEXT, required=True, help="the file's bytes: a JSON object")
     p.add_argument(
-        "--out", required=True, help="the file; a name <stem>.<12 hex>.json must be the sha256 of those bytes"
+        "--out",
+        type=OutputFile(),
+        required=True,
+        help="the file; a name <stem>.<12 hex>.json must be the sha256 of those bytes",
     )
     p.set_defaults(func=run)
 

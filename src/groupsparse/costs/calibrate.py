@@ -219,8 +219,13 @@ def study_seconds(predictions: dict[str, float], cores: int, threads: int = 1) -
     return training + serial + drawing
 
 
-def study_estimate_line(runs: dict, config: dict, cores: int, results: str | os.PathLike) -> str:
-    """One line for the start of a run; writes results/<study>/estimate.json for `groupsparse status`."""
+def study_estimate_line(
+    runs: dict, config: dict, cores: int, results: str | os.PathLike, to_run=None, n_jobs: int | None = None
+) -> str:
+    """One line for the start of a run (and for `groupsparse estimate`, in the same words); writes
+    results/<study>/estimate.json for `groupsparse status`. ``to_run``: the jobs (keyed as their logs) the run
+    will run, else those without a benchmark file; ``n_jobs``: the count to state (snakemake's, which also
+    counts the spec jobs and the target), else theirs."""
     from ..io.files import write_text_atomic
     from ..io.progress import duration
 
@@ -240,10 +245,13 @@ def study_estimate_line(runs: dict, config: dict, cores: int, results: str | os.
         ),
     )
     benchmarks = Path(results) / "benchmarks"
-    to_run = {job: s for job, s in predictions.items() if not (benchmarks / f"{job}.tsv").is_file()}
+    if to_run is None:
+        to_run = {job: s for job, s in predictions.items() if not (benchmarks / f"{job}.tsv").is_file()}
+    else:
+        to_run = {job: predictions[job] for job in to_run if job in predictions}
     total = study_seconds(to_run, cores, threads)
     return (
-        f"estimate: about {duration(total)} on this machine for the {len(to_run)} jobs "
+        f"estimate: about {duration(total)} on this machine for the {len(to_run) if n_jobs is None else n_jobs} jobs "
         f"to run on {cores} cores (calibrated on this machine: job start {cal.get('startup_s', 0.0):.1f} s, "
         f"pretraining {cal['pretrain_scale']:.2f}x, fits {cal['transfer_scale']:.2f}x the cost model's reference)"
     )

@@ -363,13 +363,19 @@ def write_snapshot(
     return len(figs)
 
 
-def end_line(results: str | Path, snakemake_log, rerun: str) -> str:
-    """The one line a stopped run ends with: interrupted or failed, what finished, how to resume."""
+def end_line(
+    results: str | Path, snakemake_log, rerun: str, interrupted: bool | None = None, finished: int | None = None
+) -> str:
+    """The one line a stopped run ends with: interrupted or failed, what finished, how to resume.
+    ``interrupted``: whether a signal stopped the run (None: read from the log); ``finished``: the jobs
+    whose outputs are complete (None: the benchmark files, which snakemake writes when a job ends)."""
     results = Path(results)
-    finished = len(list((results / "benchmarks").rglob("*.tsv"))) if (results / "benchmarks").is_dir() else 0
+    if finished is None:
+        finished = len(list((results / "benchmarks").rglob("*.tsv"))) if (results / "benchmarks").is_dir() else 0
     logs = snakemake_log if isinstance(snakemake_log, list | tuple) else [snakemake_log]  # snakemake gives a list
     text = "".join(Path(p).read_text(errors="replace") for p in logs if p and Path(p).is_file())
-    interrupted = "on user request" in text or "exit status 130" in text or "exit status -2" in text
+    if interrupted is None:
+        interrupted = "on user request" in text or "exit status 130" in text or "exit status -2" in text
     kept = f"{finished} finished jobs of {results} are kept"
     if interrupted:
         return f"interrupted: {kept}; run `{rerun}` again to resume (pretraining continues from its saved state)"

@@ -281,6 +281,20 @@ def _check_study(config, schema, config_files, results) -> dict:
 OWNER_FILE = "study_config.json"
 
 
+def tables_problem(tables: list[tuple[str, str]]) -> str | None:
+    """The first of these (kind, path) per-job tables that is unreadable or lacks its columns, as one line
+    naming the file (groupsparse.io.tables.check_table: the check_tables job's check), or None."""
+    from ..io.files import InputError
+    from ..io.tables import check_table
+
+    for kind, path in tables:
+        try:
+            check_table(path, kind)
+        except InputError as exc:
+            return str(exc)
+    return None
+
+
 def _shown_paths(config_files) -> list[str]:
     def shown(path) -> str:
         path = Path(path).resolve()

@@ -38,6 +38,7 @@ from ..config.seeding import task_identity, torch_generator
 from ..config.specs import RunSpec
 from ..data.synthetic import make_task
 from ..io import files as io
+from ..io.progress import stop_requested, stop_signal_name
 from ..model import dispatch, flow, population
 from ..model.device import TORCH_DTYPES, torch_device
 from ..model.transformer import sine_positions, token_width
@@ -207,6 +208,9 @@ class FlowRun:
         )  # fmt: skip
         pieces, steps = [], 0
         while solver.status == "running":
+            if stop_requested():  # SIGINT or SIGTERM: stop now; the state saved at this segment's start stays
+                saved = f"; state saved at flow time {state.tau:.6g}" if self.resume_path and state.segment else ""
+                raise KeyboardInterrupt(f"{stop_signal_name()}{saved}")
             message = solver.step()
             if solver.status == "failed":
                 state.status, state.failed_at = "diverged", float(solver.t)

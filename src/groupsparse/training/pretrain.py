@@ -29,6 +29,7 @@ import torch
 from ..config.seeding import task_identity, torch_generator
 from ..config.specs import RunSpec
 from ..data.synthetic import GroupSparseTask, make_task
+from ..io.progress import stop_here, stop_requested
 from ..model import cpu, dispatch
 from ..model.device import TORCH_DTYPES as DTYPES
 from ..model.device import torch_device
@@ -123,6 +124,10 @@ class Trainer:
         """Every seed's parameters at the current point."""
         return self.rule.parameters()
 
+    def pause(self, step: int) -> bool:
+        """Whether the steps stop before step ``step``: a resume state is due, or a stop was asked for."""
+        return self.resume.due(step) or stop_requested()
+
     def run(self, progress=None) -> PretrainResult:
         """Trains to ``pretrain.steps`` from the start, or from a saved resume state; ``progress(step, loss)``
         is called as the steps go."""
@@ -130,14 +135,17 @@ class Trainer:
         end = self.spec.pretrain.steps
         step = resumed_from = self.resume.load(self.rule, self.guard, self.recorder, self.device)
         while True:
-            if self.resume.due(step):
+            stop = stop_requested()  # SIGINT or SIGTERM (io.progress.handle_stop_signals): stop here, saved
+            saving = self.resume.due(step) or (stop and self.resume.holds_work(step))
+            if saving:
                 self.resume.save(step, self.rule, self.guard, self.recorder)
+            stop_here(stop, step if saving else None)  # KeyboardInterrupt if stop
             loss = self.rule.evaluate(step, self.guard)
             self.recorder.record(step, loss, self.guard.active)
             if step == end or self.guard.stopped:
                 break
             to = min(self.recorder.next_event(step), self.resume.next_save(step))
-            step = self.rule.advance(step, to, self.guard, self.resume.due, progress)
+            step = self.rule.advance(step, to, self.guard, self.pause, progress)
             if self.guard.stopped:  # between two events, under on_diverge: fail
                 break
         self.workers.close()

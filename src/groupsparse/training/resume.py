@@ -52,6 +52,10 @@ class ResumeStore:
         late = self.seconds is not None and time.perf_counter() - self.saved >= self.seconds
         return step % self.every == 0 or late
 
+    def holds_work(self, step: int) -> bool:
+        """Whether a state saved before step ``step`` keeps work that this process did (a stop's save)."""
+        return bool(self.path and self.start < step)
+
     def next_save(self, step: int) -> int:
         """The first step after ``step`` with a state by count (the run's end where none is kept)."""
         return (step // self.every + 1) * self.every if self.path else self.steps
