@@ -25,7 +25,7 @@ from typing import Any
 
 import machine
 
-CASES = ("kernel", "generator", "pretrain", "theorem", "population", "large", "memory", "compile", "agree")
+CASES = ("kernel", "generator", "pretrain", "theorem", "population", "flow", "large", "memory", "compile", "agree")
 CASES += ("transfer",)
 
 
@@ -113,6 +113,24 @@ def parse_args(argv) -> argparse.Namespace:
         default=Path(__file__).resolve().parents[1] / "config.yaml",
         help="study config whose pretraining jobs the memory case runs (default: config.yaml)",
     )
+    ap.add_argument(
+        "--from-results",
+        type=Path,
+        default=None,
+        metavar="RESULTS",
+        help="flow case: read the flow's side from a flow study's results (e.g. results/population: its grid "
+        "runs' trajectories and job benchmarks) instead of running a short flow live",
+    )
+    ap.add_argument("--flow-D", type=int, nargs="+", default=None, help="flow case: the D grid (default: the case's)")
+    ap.add_argument(
+        "--flow-kappa",
+        type=float,
+        default=None,
+        help="flow case: flow time kappa D^3 compared (default 2 from --from-results, 0.25 live)",
+    )
+    ap.add_argument(
+        "--flow-samples", type=int, default=None, help="flow case, live: outer samples (default 256; quick 128)"
+    )
     ap.add_argument("--markdown", type=Path, default=None, help="also write the table as Markdown here")
     ap.add_argument(
         "--orchestration",
@@ -130,12 +148,16 @@ def parse_args(argv) -> argparse.Namespace:
         if not args.orchestration.is_dir():
             ap.error(f"--orchestration: {args.orchestration} is not a directory")
         return args
+    if args.from_results is not None and not (args.from_results / "pretrain").is_dir():
+        ap.error(f"--from-results: {args.from_results} has no pretrain/ folder (a flow study's results/<study>)")
+    if args.flow_kappa is not None and args.flow_kappa <= 0:
+        ap.error("--flow-kappa must be > 0")
     # short blocks, many of them: on a shared machine the best block is the one nobody disturbed
     args.steps = args.steps or (2 if args.quick else 5)
     args.repeats = args.repeats or (3 if args.quick else 12)
     args.agree_steps = args.agree_steps or (100 if args.quick else 3000)
-    for name in ("steps", "repeats", "agree_steps", "threads"):
-        if getattr(args, name) < 1:
+    for name in ("steps", "repeats", "agree_steps", "threads", "flow_samples"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
 

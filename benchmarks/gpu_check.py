@@ -20,8 +20,13 @@
    symmetric-subspace kernel (model/symmetric.py, pure torch on a GPU): steps/s and the projected
    hours of the D = 64 point (5 seeds x 2 D^3 steps);
 5. population mode (pretrain.gradient: population) at D = 64, 96 and 128: the runs of
+<<<<<<< HEAD
    configs/population_gd.yaml and configs/cluster/population_large_D.yaml (batch 128 and the batch check's
    512, one seed a job): ms per seed-step and the hours of each point's steps.
+=======
+   configs/population_gd.yaml and configs/cluster/population_large_D.yaml (batch 32 and the batch check's
+   128, one seed a job): ms per seed-step and the hours of each point's steps.
+>>>>>>> flowbench
 
 Each implementation is chosen by ``dispatch.plan`` (or, for the general kernel's two forms of its
 contractions, passed to the trainer's step as a callable); no module setting is changed.

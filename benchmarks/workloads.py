@@ -1,14 +1,17 @@
 """What the benchmark's cases time, shared by them and the other scripts here: a run spec of the benchmark's
 study, the project's step as a run takes it, the plain reference (the paper's formula in an ``nn.Module``,
-autograd, SGD), a kernel run in the trainer's draw and descent, the population study's runs."""
+autograd, SGD), a kernel run in the trainer's draw and descent, the population studies' runs (gradient descent's
+and the flow's)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-POPULATION_CONFIG = ROOT / "configs" / "population.yaml"
+# population gradient descent's study (configs/population.yaml was it until the flow study took the name)
+POPULATION_CONFIG = ROOT / "configs" / "population_gd.yaml"
 POPULATION_LARGE_D = ROOT / "configs" / "cluster" / "population_large_D.yaml"
+FLOW_CONFIG = ROOT / "configs" / "population.yaml"  # the flow study (pretrain.solver: flow)
 
 
 def run_spec(dtype: str, steps: int = 3000, task: dict | None = None, pretrain: dict | None = None, **more):
@@ -108,8 +111,8 @@ def kernel_step(torch, trainer, kernel, active, steps: int) -> None:
 
 
 def population_config(large_d: bool = False) -> dict:
-    """configs/population_gd.yaml, with configs/cluster/population_large_D.yaml merged over it (``large_d``) as
-    Snakemake merges two --configfile arguments."""
+    """configs/population_gd.yaml (population gradient descent), with configs/cluster/population_large_D.yaml
+    merged over it (``large_d``) as Snakemake merges two --configfile arguments."""
     import yaml
 
     from groupsparse.study.runs import deep_merge
@@ -139,3 +142,59 @@ def spec_of(run, device: str | None = None, **pretrain):
     raw = dict(run.spec) | ({"device": device} if device else {})
     raw["pretrain"] = raw["pretrain"] | pretrain
     return RunSpec.from_dict(raw)
+
+
+def population_gd_run(D: int, d: int = 10):
+    """Population gradient descent's grid run at d and D: configs/population_gd.yaml with
+    configs/cluster/population_large_D.yaml merged over it, D added to its grid where missing (at the batch
+    its rule gives: 32 from D = 64 on, ``scaling.batch_by_D``), so a D above the study's (256) is priced at
+    the step the study would take there."""
+    from groupsparse.study.runs import expand
+
+    cfg = population_config(large_d=True)
+    scaling = cfg["scaling"]
+    if D not in scaling["D_grid"]:
+        scaling["D_grid"] = sorted([*scaling["D_grid"], D])
+        for entry in scaling.get("batch_by_D") or []:
+            if min(entry["D"]) < D:  # the rule runs from its first D on
+                entry["D"] = sorted([*entry["D"], D])
+    return expand(cfg)[f"scale_d{d}_D{D}"]
+
+
+def flow_grid_run(D: int, d: int = 10):
+    """The flow study's grid run at d and D (configs/population.yaml; D added to its grid where missing)."""
+    import yaml
+
+    from groupsparse.study.runs import expand
+
+    cfg = yaml.safe_load(FLOW_CONFIG.read_text())
+    scaling = cfg["scaling"]
+    scaling["D_grid"] = sorted(set(scaling["D_grid"]) | {D})
+    return expand(cfg)[f"scale_d{d}_D{D}"]
+
+
+def flow_spec(run, **flow):
+    """The flow run's RunSpec with ``flow`` overriding its pretrain.flow settings (samples, flow_time...)."""
+    from groupsparse.config.specs import RunSpec
+
+    raw = dict(run.spec)
+    raw["pretrain"] = dict(raw["pretrain"])
+    raw["pretrain"]["flow"] = dict(raw["pretrain"].get("flow") or {}) | flow
+    return RunSpec.from_dict(raw)
+
+
+def steps_as_a_run_takes_them(torch, trainer, n: int) -> None:
+    """n steps of ``trainer`` as ``Trainer.run`` takes them between records: population mode on the loops in
+    calls of many (``ManySteps.take``), every other run one ``Steps.step`` at a time."""
+    import math
+
+    active = torch.ones(1, dtype=torch.bool)
+    if trainer.rule.many is None:
+        for _ in range(n):
+            trainer.rule.step(active)
+        return
+    done, most = 0, trainer.rule.many.most
+    while done < n:
+        if trainer.rule.many.take(min(most, n - done), [math.inf]) is None:
+            raise RuntimeError("a timed step's loss was not finite")
+        done += min(most, n - done)

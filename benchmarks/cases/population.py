@@ -20,11 +20,10 @@ check at 4x the batch, 128, over the first quarter). Measured, one seed on one t
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 
-from workloads import point_runs, population_config, spec_of
+from workloads import point_runs, population_config, spec_of, steps_as_a_run_takes_them
 
 NAME = "population"
 d = 10
@@ -47,21 +46,6 @@ def run(ctx) -> list:
         large_point(ctx, cfg, D)
     name = f"CPU-hours of the population study's D = {SIDE_BY_SIDE_D} point (both batches, both replicates)"
     return [(name, hours, HOURS_TARGET, "CPU-h", "<=")]
-
-
-def steps_as_a_run_takes_them(torch, tr, n: int) -> None:
-    """n steps of ``tr`` as ``Trainer.run`` takes them between records: population mode on the loops in calls
-    of many (``ManySteps.take``), every other run one ``Steps.step`` at a time."""
-    active = torch.ones(1, dtype=torch.bool)
-    if tr.rule.many is None:
-        for _ in range(n):
-            tr.rule.step(active)
-        return
-    done, most = 0, tr.rule.many.most
-    while done < n:
-        if tr.rule.many.take(min(most, n - done), [math.inf]) is None:
-            raise RuntimeError("a timed step's loss was not finite")
-        done += min(most, n - done)
 
 
 def side_by_side(ctx, grid, check) -> dict:
