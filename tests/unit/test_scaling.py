@@ -408,7 +408,7 @@ def test_a_blocker_overrides_the_interval():
 
 
 def test_bad_prediction_kind_is_refused():
-    with pytest.raises(ValueError, match="equal, greater, less or at_most"):
+    with pytest.raises(ValueError, match="equal, within, greater, less or at_most"):
         Prediction("about", 3.0)
 
 

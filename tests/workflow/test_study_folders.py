@@ -122,6 +122,16 @@ def test_a_copied_config_with_the_same_study_name_cannot_take_over_the_folder(tm
     assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
     assert "pretrain" in res.stdout
 
+    # a slice merged over the owning file (configs/slices/): the same study, its jobs reused
+    piece = tmp_path / "slice.yaml"
+    piece.write_text(yaml.safe_dump({"pretrain": {"steps": 30}}))
+    args = ["snakemake", "-s", str(REPO / "Snakefile"), "-n", "--cores", "1", "-d", str(work)]
+    res = subprocess.run([*args, "--configfile", str(own), str(piece)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+    # ... but not over the copy: the first file names the study
+    res = subprocess.run([*args, "--configfile", str(copy), str(piece)], capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0 and "study_name" in res.stdout + res.stderr
+
 
 def snapshot_names(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}

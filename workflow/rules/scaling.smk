@@ -20,6 +20,7 @@ rule predict:
             caption="../report/table_predictions.rst",
             category="Tables",
         ),
+        kappa_c=f"{R}/tables/kappa_c_predictions.csv",
     log:
         f"{R}/logs/predict.log",
     benchmark:
@@ -33,7 +34,8 @@ rule predict:
     shell:
         "groupsparse predict --trajectories {input.trajectories:q} --spec {input.spec:q}"
         " --external {input.external:q}"
-        " --out {output.predictions:q} --out-csv {output.predictions_csv:q} > {log:q} 2>&1"
+        " --out {output.predictions:q} --out-csv {output.predictions_csv:q}"
+        " --kappa-c-out {output.kappa_c:q} > {log:q} 2>&1"
 
 
 rule scaling:

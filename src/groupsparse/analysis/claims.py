@@ -14,9 +14,9 @@ import pandas as pd
 from ..config.seeding import numpy_generator
 from ..io.tables import ANALYSED_COLUMNS
 from .ablations import ablation_table
-from .bound import algorithm_of, batch_claims, kappa_claims
+from .bound import algorithm_of, batch_claims, by_D, kappa_claims
 from .concentration import concentration_fits
-from .flow_study import mechanism_claims, reference_claims
+from .flow_study import flow_runs, mechanism_claims, reference_claims
 from .inputs import (
     BASELINE_METHOD,
     PRETRAINED_METHOD,
@@ -273,7 +273,7 @@ def analyse(
         + (prediction_claims(scaled, predictions, s) if predictions is not None and len(scaled) else [])
         + batch_claims(scaled, crossings, s)
         + mechanism_claims(scaled, s)
-        + reference_claims(scaled, crossings, s)
+        + (reference_claims(by_D(flow_runs(scaled), crossings, s), s) if s.reference_by_D else [])
         + stability_by_D(traj, s)
         + stability_claims(traj)
         + final_state_claims(traj, s)

@@ -155,20 +155,18 @@ def mechanism_claims(traj: pd.DataFrame, s: Settings) -> list[dict]:
             m, lo, hi = mean_interval(values)
             blocker = "" if np.isfinite(values).all() else "a seed's late window has too few records or no growth"
             rows.append(
-                claim_row(statement, about, Prediction("equal", 0.0, 2 * tol), m, lo, hi, blocker, config,
+                claim_row(statement, about, Prediction("within", 0.0, tol), m, lo, hi, blocker, config,
                           len(values), theory)
             )  # fmt: skip
     return rows
 
 
-def reference_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> list[dict]:
+def reference_claims(flow_by_D: pd.DataFrame, s: Settings) -> list[dict]:
     """The flow against population gradient descent's committed by-D tables (``reference_by_D``): per D both
-    ran and quantity, the flow's geometric mean over seeds beside gradient descent's, inside its interval
-    or not."""
+    ran and quantity, the flow's geometric mean over seeds (``flow_by_D``: bound.by_D of the flow runs)
+    beside gradient descent's, inside its interval or not."""
     if not s.reference_by_D:
         return []
-    from .bound import by_D
-
     ref = pd.concat(
         [io.read_csv_table(p, ["group", "algorithm", "D", "quantity", "value", "low", "high"], "by-D table")
          for p in s.reference_by_D],
@@ -176,7 +174,7 @@ def reference_claims(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -
     )  # fmt: skip
     ref = ref[(ref["group"].fillna("") == "") & (ref["algorithm"] == "population")]
     ref = ref.drop_duplicates(["D", "quantity"], keep="last")  # a D in two tables: the later one (a slice)
-    flow = by_D(flow_runs(traj), crossings, s)
+    flow = flow_by_D
     flow = flow[(flow["group"] == "") & (flow["algorithm"] == "flow")]
     both = flow.merge(ref, on=["D", "quantity"], suffixes=("", "_gd"))
     rows = []

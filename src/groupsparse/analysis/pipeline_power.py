@@ -129,7 +129,7 @@ def rejects(kind: str, verdict: str) -> bool:
     """Whether a simulated study's verdict counts toward power (the rule of :mod:`.power`)."""
     if kind == "at_most":
         return verdict == "does not hold"
-    if kind == "equal":
+    if kind in ("equal", "within"):
         return verdict != "holds"
     return verdict == "holds"  # greater, less: the design detects the effect the theory names
 

@@ -46,6 +46,9 @@ def simulated_power(pred: Prediction, alternative: float, se: float, dof: float,
     if pred.kind == "equal":
         holds = (est - two <= v) & (v <= est + two) & (2 * two <= pred.tolerance)
         return float(np.mean(~holds))
+    if pred.kind == "within":  # the equivalence fails to be shown
+        holds = (v - pred.tolerance <= est - two) & (est + two <= v + pred.tolerance)
+        return float(np.mean(~holds))
     if pred.kind == "greater":
         return float(np.mean(est - two > v))
     return float(np.mean(est + two < v))

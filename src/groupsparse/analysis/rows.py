@@ -134,6 +134,8 @@ def prediction_text(pred: Prediction | None) -> str:
     if pred.kind == "equal":
         width = f" (interval at most {pred.tolerance:g} wide)" if math.isfinite(pred.tolerance) else ""
         return f"= {pred.value:g}{width}"
+    if pred.kind == "within":
+        return f"= {pred.value:g} within {pred.tolerance:g}"
     return f"{ {'greater': '>', 'less': '<', 'at_most': '<='}[pred.kind] } {pred.value:g}"
 
 

@@ -86,9 +86,11 @@ VERDICT_RULE = (
     f"level with censored data (threshold never reached), or under {MIN_VALID_BOOTSTRAP:.0%} of resamples usable. "
     f"Otherwise, prediction 'equal v': holds if v lies in the interval and the interval is at most its tolerance "
     f"wide (exponents: {EXPONENT_TOLERANCE}), does not hold if v lies outside, inconclusive if the interval is too "
-    f"wide; 'greater than v': holds if the interval lies above v, does not hold if it lies below, else "
-    f"inconclusive; 'less than v': the mirror image. An upper bound 'at most v' (a theorem's sufficient time, e.g. "
-    f"T* = O(D^3)) is tested one-sided: 'does not hold' (exceeds v over the range measured) only if the one-sided "
+    f"wide; 'v within m' (an equivalence): holds if the interval lies inside [v - m, v + m], does not hold if it "
+    f"lies wholly outside, else inconclusive; 'greater than v': holds if the interval lies above v, does not "
+    f"hold if it lies below, else inconclusive; 'less than v': the mirror image. An upper bound 'at most v' (a "
+    f"theorem's sufficient time, e.g. T* = O(D^3)) is tested one-sided: 'does not hold' (exceeds v over the "
+    f"range measured) only if the one-sided "
     f"{CONFIDENCE:.0%} lower bound (estimate - t_(dof, {CONFIDENCE}) x standard error) lies above v, else "
     f"'consistent' (not contradicted). A verdict with a named alternative states its power against it (by "
     f"simulating the whole pipeline at the study's design where that is done, else the normal plug-in from its "
@@ -228,13 +230,14 @@ class Prediction:
     """The theory on a number: equal to, greater or less than ``value``, or ``at_most`` it (one-sided:
     ``low`` is then the one-sided lower bound, ``high`` inf)."""
 
-    kind: str  # "equal" | "greater" | "less"
+    kind: str  # "equal" | "within" | "greater" | "less" | "at_most"
     value: float
-    tolerance: float = math.inf  # "equal" only: the widest interval that can still confirm it
+    # "equal": the widest interval that can still confirm it; "within": the margin around value
+    tolerance: float = math.inf
 
     def __post_init__(self):
-        if self.kind not in ("equal", "greater", "less", "at_most"):
-            raise ValueError(f"prediction kind must be equal, greater, less or at_most, got {self.kind!r}")
+        if self.kind not in ("equal", "within", "greater", "less", "at_most"):
+            raise ValueError(f"prediction kind must be equal, within, greater, less or at_most, got {self.kind!r}")
 
 
 def verdict(pred: Prediction, low: float, high: float, *, blocker: str = "") -> tuple[str, str]:
@@ -255,6 +258,13 @@ def verdict(pred: Prediction, low: float, high: float, *, blocker: str = "") -> 
         if high - low > pred.tolerance:
             return "inconclusive", f"{v:g} inside {iv}, but the interval is wider than {pred.tolerance:g}"
         return "holds", f"{v:g} inside {iv}"
+    if pred.kind == "within":  # an equivalence test: the whole interval inside v -+ tolerance
+        margin = f"[{v - pred.tolerance:g}, {v + pred.tolerance:g}]"
+        if v - pred.tolerance <= low and high <= v + pred.tolerance:
+            return "holds", f"{iv} inside {margin}"
+        if high < v - pred.tolerance or low > v + pred.tolerance:
+            return "does not hold", f"{iv} outside {margin}"
+        return "inconclusive", f"{iv} overlaps the edge of {margin}"
     b = f"one-sided {CONFIDENCE:.0%} lower bound {low:.3g}"  # "at_most": low is that bound
     if pred.kind == "at_most" and low > v:
         return "does not hold", f"{b} exceeds {v:g} over the range measured"

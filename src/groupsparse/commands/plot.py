@@ -7,7 +7,10 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    from ._args import NAME, InputFolder, OutputFolder
+    from ._args import NAME, InputFolder, OutputFolder, Text
+
+    # a committed study's folder name under --docs (population, results) or a path to one
+    STUDY_FOLDER = Text(r"[A-Za-z0-9_.][A-Za-z0-9_./-]*", "a study folder: a name under --docs or a path")
 
     p = sub.add_parser(
         "plot",
@@ -41,7 +44,9 @@ def register(sub) -> None:
         help="with --headline: also redraw, in place, the committed study figures the committed tables determine "
         "(each study's scaling_out_of_sample.png and <task>_transfer_accuracy.png)",
     )
-    p.add_argument("--docs", default="docs", help="with --headline: the folder of the committed studies")
+    p.add_argument(
+        "--docs", type=InputFolder(), default="docs", help="with --headline: the folder of the committed studies"
+    )
     for q, what in (
         ("question1", "population gradient descent against the theorem's rate"),
         ("question2", "ordinary training over D"),
@@ -51,6 +56,7 @@ def register(sub) -> None:
         p.add_argument(
             f"--{q}",
             nargs="+",
+            type=STUDY_FOLDER,
             metavar="STUDY",
             help=f"with --headline: the study folders (under --docs, or paths) of {what}, in precedence order",
         )

@@ -27,7 +27,7 @@ FLOW_COLUMNS = ("record", "r_own", "r_other", "solver_steps", "field_evaluations
 
 
 def register(sub) -> None:
-    from ._args import NONNEGATIVE_INT, OutputFile, threads
+    from ._args import NONNEGATIVE_INT, OutputFile, setting, threads
 
     p = sub.add_parser(
         "population",
@@ -55,15 +55,31 @@ def register(sub) -> None:
     p.add_argument("--eta-D-limit", type=float, default=None, help="step size min(eta, this / D) (default: eta)")
     p.add_argument("--steps", type=int, default=None, help="gradient steps (gd; or --flow-time)")
     p.add_argument(
-        "--flow-time", type=float, default=None, help="flow time eta x steps to reach (flow; gd: steps = this / eta)"
+        "--flow-time",
+        type=setting("pretrain.flow.flow_time"),
+        default=None,
+        help="flow time eta x steps to reach (flow; gd: steps = this / eta)",
     )
-    p.add_argument("--samples", type=int, default=None, help="flow: outer samples of the vector field")
+    p.add_argument(
+        "--samples", type=setting("pretrain.flow.samples"), default=None, help="flow: outer samples of the vector field"
+    )
     p.add_argument("--sampler", choices=("sobol", "mc"), default=None, help="flow: scrambled Sobol' or plain draws")
-    p.add_argument("--eval-samples", type=int, default=None, help="flow: outer samples of the evaluation")
-    p.add_argument("--nodes", type=int, default=None, help="flow: quadrature nodes over x_j* . v*")
+    p.add_argument(
+        "--eval-samples",
+        type=setting("pretrain.flow.eval_samples"),
+        default=None,
+        help="flow: outer samples of the evaluation",
+    )
+    p.add_argument(
+        "--nodes", type=setting("pretrain.flow.nodes"), default=None, help="flow: quadrature nodes over x_j* . v*"
+    )
     p.add_argument("--method", choices=("BDF", "Radau", "LSODA"), default=None, help="flow: the ODE solver")
-    p.add_argument("--rtol", type=float, default=None, help="flow: the solver's relative tolerance")
-    p.add_argument("--atol", type=float, default=None, help="flow: the solver's absolute tolerance")
+    p.add_argument(
+        "--rtol", type=setting("pretrain.flow.rtol"), default=None, help="flow: the solver's relative tolerance"
+    )
+    p.add_argument(
+        "--atol", type=setting("pretrain.flow.atol"), default=None, help="flow: the solver's absolute tolerance"
+    )
     p.add_argument("--batch", type=int, default=512, help="samples per step, drawn with their mirror images (even)")
     p.add_argument("--seed", type=NONNEGATIVE_INT, default=0, help="repetition: its own task (j*, v*) and data stream")
     p.add_argument("--study-seed", type=int, default=STUDY_SEED, help="root of the hashed seeds (the studies' own)")

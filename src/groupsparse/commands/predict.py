@@ -33,6 +33,13 @@ def register(sub) -> None:
     )
     p.add_argument("--out", type=OutputFile(), required=True, help="output Parquet: the predictions table")
     p.add_argument("--out-csv", type=OutputFile(), required=True, help="the predictions table as CSV")
+    p.add_argument(
+        "--kappa-c-out",
+        type=OutputFile(),
+        default=None,
+        help="CSV: kappa_c(D) at each scaling.analysis.target_c that each law's predictions imply "
+        "(analysis/kappa_prediction.py; no new fit)",
+    )
     p.set_defaults(func=run)
 
 
@@ -62,6 +69,11 @@ def run(args) -> int:
     prov = io.provenance(config_hash(asdict(settings)), "cpu", settings=asdict(settings), inputs=inputs)
     io.write_parquet(table, args.out, prov)
     io.write_text_atomic(args.out_csv, table.to_csv(index=False, float_format="%.6g"))
+    if args.kappa_c_out:
+        from ..analysis.kappa_prediction import kappa_c_predictions
+
+        kappa_c = kappa_c_predictions(table, settings.target_c)
+        io.write_text_atomic(args.kappa_c_out, kappa_c.to_csv(index=False, float_format="%.6g"))
     usable = table[table["blocker"] == ""]
     print(
         f"predict: {len(table)} predictions ({len(usable)} usable) from {len(args.trajectories)} run table(s), "

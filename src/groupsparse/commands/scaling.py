@@ -72,6 +72,7 @@ def register(sub) -> None:
     p.add_argument(
         "--references",
         nargs="*",
+        type=InputFile(),
         default=None,
         metavar="CSV",
         help="population gradient descent's committed by-D tables (scaling.analysis.reference_by_D, resolved): "

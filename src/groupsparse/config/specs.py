@@ -69,6 +69,7 @@ class TaskSpec:
 
     kind: str = _TASK["kind"]  # synthetic (this class) | images (ImageTaskSpec): TASK_SPECS
     NOT_ANTITHETIC = None  # why antithetic batches do not exist for the kind; None: its law is symmetric
+    KNOWN_LAW = True  # its data law is known in closed form: population mode and the flow integrate over it
     d: int = _TASK["d"]
     D: int = _TASK["D"]
     sigma_x: float = _TASK["sigma_x"]
@@ -115,6 +116,7 @@ class ImageTaskSpec:
     """
 
     kind: str = "images"  # the class's kind (TaskSpec: the schema's default kind)
+    KNOWN_LAW = False  # a dataset's law: only samples of it
     NOT_ANTITHETIC = (
         "image tasks (an antithetic pair X, -X with label -y needs a symmetric data law; "
         "a negated image is not an image of the other class)"

@@ -6,13 +6,9 @@ refuse a run breaking one of those symmetries. Pure Python (no torch): checked a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .errors import require
 from .schema import schema_defaults
-
-if TYPE_CHECKING:
-    from .specs import RunSpec
 
 _FLOW = schema_defaults("flow")
 
@@ -41,7 +37,7 @@ class FlowSpec:
                 require(n & (n - 1) == 0, f"{where}.{key}", f"must be a power of 2 with sampler: sobol, got {n}")
 
 
-def check_flow(spec: RunSpec) -> None:
+def check_flow(spec) -> None:  # spec: a config.specs.RunSpec (which imports this module)
     """The flow integrates the subspace's coefficients in float64 over a Gaussian law without label noise
     (the mirror X -> -X and the label sign(x_j* . v*) fold the integral over x_j* . v* onto t >= 0)."""
     require(spec.dtype == "float64", "dtype", "pretrain.solver: flow computes in float64; set dtype: float64")
@@ -57,11 +53,15 @@ def check_flow(spec: RunSpec) -> None:
     )
 
 
-def check_population(spec: RunSpec) -> None:
+def check_population(spec) -> None:
     """Population mode projects onto the subspace that the paper's data law and model keep from the zero
     start: every setting that breaks one of those symmetries is refused here, naming it."""
     t, m = spec.task, spec.model
-    require(t.kind == "synthetic", "task.kind", "pretrain.gradient: population needs a synthetic task")
+    require(
+        t.KNOWN_LAW,
+        "task.kind",
+        f"pretrain.gradient: population needs a task whose data law is known (synthetic), got {t.kind}",
+    )
     require(
         t.features == "gaussian",
         "task.features",

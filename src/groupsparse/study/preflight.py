@@ -314,7 +314,8 @@ def owner_record(config_files=()) -> str:
 def results_owner_problem(results: str | os.PathLike, config_files=()) -> str | None:
     """None if ``results`` belongs to these config files (recorded in results/<study>/study_config.json
     by the study's first job: :func:`owner_record`), else why not: a copied config that kept its study_name
-    must never silently replace another config's results. Editing a setting in the same file is fine."""
+    must never silently replace another config's results. Editing a setting in the same file is fine, and so
+    is merging a slice over it (``configs/slices/``): the first config file names the study."""
     import json
 
     files = _shown_paths(config_files)
@@ -325,7 +326,7 @@ def results_owner_problem(results: str | os.PathLike, config_files=()) -> str | 
         return None
     except (OSError, ValueError, KeyError, TypeError):
         return f"{owner}: unreadable; delete it to let {', '.join(files) or 'this config'} own {results}"
-    if recorded == files:
+    if recorded[:1] == files[:1]:  # the same study config, a slice merged over it or not: the same study
         return None
     return (
         f"study_name: {Path(results).name!r} already holds the results of {', '.join(recorded) or 'another config'}, "

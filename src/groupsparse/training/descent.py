@@ -162,3 +162,9 @@ class SubspaceDescent(GradientDescent):
 
     def load(self, tensors, meta, device):
         self.coef = tensors["population"].to(device, torch.float64)
+
+
+def subspace_parameters(coefs, tasks, positions: torch.Tensor, dtype) -> dict[str, torch.Tensor]:
+    """W (S, m, m) and v (S, m) of each seed's subspace coefficients (N_COEF,) in its task's frame."""
+    built = [population.build(torch.as_tensor(c), t.v_star, t.j_star, positions, dtype) for c, t in zip(coefs, tasks)]
+    return {"layer0.W": torch.stack([W for W, _ in built]), "v": torch.stack([v for _, v in built])}

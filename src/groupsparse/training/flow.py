@@ -37,13 +37,14 @@ from scipy import integrate, optimize
 from ..config.seeding import task_identity, torch_generator
 from ..config.specs import RunSpec
 from ..data.synthetic import make_task
-from ..io import files as io
 from ..io.progress import stop_requested, stop_signal_name
 from ..model import dispatch, flow, population
 from ..model.device import TORCH_DTYPES, torch_device
 from ..model.transformer import sine_positions, token_width
+from . import descent
 from .pretrain import PretrainResult
 from .recording import ATT_COLUMNS, attention_steps
+from .resume import FlowResumeFile
 
 METHODS = {"BDF": integrate.BDF, "Radau": integrate.Radau, "LSODA": integrate.LSODA}
 SMALLEST_RECORD = 0.25  # flow time of the first grid record above 0 (the read-out moves at rate ~D/4)
@@ -117,7 +118,7 @@ class FlowRun:
         self.grid = record_times(self.T, fs.records_per_octave)
         self.ends = segment_ends(self.T)
         self.targets = [math.exp(-c * ts.D) for c in fs.targets_c]  # r = 1 - min attention at or below
-        self.resume_path = Path(resume_path) if resume_path else None
+        self.resume = FlowResumeFile(resume_path, spec.science_hash(), self.seeds)
         _set_numba_threads()
 
     @property
@@ -209,7 +210,7 @@ class FlowRun:
         pieces, steps = [], 0
         while solver.status == "running":
             if stop_requested():  # SIGINT or SIGTERM: stop now; the state saved at this segment's start stays
-                saved = f"; state saved at flow time {state.tau:.6g}" if self.resume_path and state.segment else ""
+                saved = f"; state saved at flow time {state.tau:.6g}" if self.resume.path and state.segment else ""
                 raise KeyboardInterrupt(f"{stop_signal_name()}{saved}")
             message = solver.step()
             if solver.status == "failed":
@@ -260,8 +261,7 @@ class FlowRun:
             if states[i] is not None and (states[i].segment >= len(self.ends) or states[i].status != "ok"):
                 continue
             states[i] = self.run_seed(i, states[i], lambda: self._save(states), progress)
-        if self.resume_path and self.resume_path.exists():
-            self.resume_path.unlink()
+        self.resume.remove()
         return self._result(states, resumed, time.perf_counter() - t0)
 
     # -- outputs ----------------------------------------------------------------------
@@ -321,47 +321,32 @@ class FlowRun:
         return out
 
     def params(self, states: list[SeedState]) -> dict[str, torch.Tensor]:
-        """W (S, m, m) and v (S, m) of each seed's final coefficients in its task's frame (``population.build``)."""
-        dtype = TORCH_DTYPES[self.spec.dtype]
-        P = sine_positions(self.D, dtype, "cpu")
-        built = [
-            population.build(torch.tensor(s.coef), t.v_star, t.j_star, P, dtype) for s, t in zip(states, self.tasks)
-        ]
-        return {"layer0.W": torch.stack([W for W, _ in built]), "v": torch.stack([v for _, v in built])}
+        """W (S, m, m) and v (S, m) of each seed's final coefficients in its task's frame."""
+        P = sine_positions(self.D, TORCH_DTYPES[self.spec.dtype], "cpu")
+        return descent.subspace_parameters([s.coef for s in states], self.tasks, P, TORCH_DTYPES[self.spec.dtype])
 
     # -- resume -----------------------------------------------------------------------
     def _save(self, states: list[SeedState | None]) -> None:
-        if not self.resume_path:
-            return
-        tensors, seeds = {}, []
-        for i, s in enumerate(states):
+        metas, rows = [], []
+        for s in states:
             if s is None:
-                seeds.append(None)
+                metas.append(None)
+                rows.append(None)
                 continue
-            seeds.append(s.to_meta())
             cols = list(s.rows[0])
-            tensors[f"rows.{i}"] = torch.tensor([[_number(r[c]) for c in cols] for r in s.rows], dtype=torch.float64)
-            seeds[-1]["row_columns"] = cols
-        meta = {"science_hash": self.spec.science_hash(), "seeds": self.seeds, "states": seeds}
-        io.save_checkpoint(self.resume_path, tensors or {"none": torch.zeros(1)}, meta)
+            metas.append(s.to_meta() | {"row_columns": cols})
+            rows.append(torch.tensor([[_number(r[c]) for c in cols] for r in s.rows], dtype=torch.float64))
+        self.resume.save(metas, rows)
 
     def _load(self) -> list[SeedState | None]:
-        empty = [None] * len(self.seeds)
-        if not (self.resume_path and self.resume_path.exists()):
-            return empty
-        try:
-            tensors, meta = io.load_checkpoint(self.resume_path)
-        except io.InputError:
-            return empty  # a state we cannot read is discarded: the flow restarts
-        if meta.get("science_hash") != self.spec.science_hash() or meta.get("seeds") != self.seeds:
-            return empty
         out = []
-        for i, m in enumerate(meta["states"]):
-            if m is None:
+        for saved in self.resume.load():
+            if saved is None:
                 out.append(None)
                 continue
+            m, table = saved
             cols = m.pop("row_columns")
-            rows = [{c: _unnumber(c, x) for c, x in zip(cols, r)} for r in tensors[f"rows.{i}"].tolist()]
+            rows = [{c: _unnumber(c, x) for c, x in zip(cols, r)} for r in table.tolist()]
             out.append(SeedState.from_meta(m, rows))
         return out
 

@@ -122,3 +122,38 @@ class ResumeStore:
     def remove(self) -> None:
         if self.path and self.path.exists():
             self.path.unlink()
+
+
+class FlowResumeFile:
+    """The resume state of a population-flow run (``training/flow.py``): each seed's state at the end of its
+    last finished segment, as metadata, and its recorded rows as float64 matrices. Saved after every segment,
+    so a resumed flow takes the same solver steps as an uninterrupted one (the same bits)."""
+
+    def __init__(self, path: str | Path | None, science_hash: str, seeds: list[int]):
+        self.path = Path(path) if path else None
+        self.science_hash, self.seeds = science_hash, seeds
+
+    def save(self, states: list[dict | None], rows: list[torch.Tensor | None]) -> None:
+        """``states``: per seed its metadata (with ``row_columns``) or None (not started); ``rows`` its rows."""
+        if not self.path:
+            return
+        tensors = {f"rows.{i}": r for i, r in enumerate(rows) if r is not None}
+        meta = {"science_hash": self.science_hash, "seeds": self.seeds, "states": states}
+        io.save_checkpoint(self.path, tensors or {"none": torch.zeros(1)}, meta)
+
+    def load(self) -> list[tuple[dict, torch.Tensor] | None]:
+        """Per seed its saved metadata and rows, or None: all None where no state of this run can be read."""
+        empty = [None] * len(self.seeds)
+        if not (self.path and self.path.exists()):
+            return empty
+        try:
+            tensors, meta = io.load_checkpoint(self.path)
+        except io.InputError:
+            return empty  # a state we cannot read is discarded: the flow restarts
+        if meta.get("science_hash") != self.science_hash or meta.get("seeds") != self.seeds:
+            return empty
+        return [None if m is None else (m, tensors[f"rows.{i}"]) for i, m in enumerate(meta["states"])]
+
+    def remove(self) -> None:
+        if self.path and self.path.exists():
+            self.path.unlink()
