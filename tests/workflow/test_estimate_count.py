@@ -12,7 +12,7 @@ from groupsparse import cli
 
 from conftest import REPO, run_snakemake
 
-CONFIGS = [["config.yaml"], ["configs/tiny.yaml"], ["configs/population.yaml", "configs/slices/population_D64.yaml"]]
+CONFIGS = [["config.yaml"], ["configs/tiny.yaml"], ["configs/population_gd.yaml", "configs/slices/population_D64.yaml"]]
 
 
 @pytest.mark.parametrize("configs", CONFIGS, ids=["+".join(c) for c in CONFIGS])

@@ -99,10 +99,11 @@ FLOW_ARGS = {"samples": "samples", "sampler": "sampler", "eval_samples": "eval_s
 def spec_dict(args) -> dict:
     """The run spec of the trajectory (validated by RunSpec.from_dict: every bad value names its key)."""
     from ..config.errors import ConfigError
+    from ..config.specs import step_size
 
     if (args.steps is None) == (args.flow_time is None):
         raise ConfigError("--steps / --flow-time: give exactly one (the run's length in steps or in flow time)")
-    eta = args.eta if args.eta_D_limit is None else min(args.eta, args.eta_D_limit / args.D)
+    eta = step_size(args.eta, args.eta_D_limit, args.D)
     steps = args.steps if args.steps is not None else max(1, math.ceil(args.flow_time / eta))
     pretrain = {
         "gradient": "population",

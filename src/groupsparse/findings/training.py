@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ..config.specs import step_size
 from .tables import FindingsError, Tables
 
 NUMBER = 2
@@ -54,7 +55,7 @@ def _spec(t: Tables, name: str) -> dict:
 
 
 def eta_at(spec: dict, D: int) -> float:
-    return min(spec["eta"], spec["eta_D_limit"] / D) if spec["eta_D_limit"] else spec["eta"]
+    return step_size(spec["eta"], spec["eta_D_limit"] or None, D)
 
 
 def variants(studies: dict[str, Tables]) -> list[dict]:
