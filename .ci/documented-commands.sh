@@ -88,10 +88,13 @@ test -s transverse_by_D.csv && test -s zero_start_hessian.csv
 # One trajectory of population gradient descent by hand (docs/usage.md), short.
 run groupsparse population --d 10 --D 16 --eta 0.5 --steps 40 --batch 64 --seed 0 --out traj.csv
 run groupsparse population --d 10 --D 16 --eta 0.5 --eta-D-limit 6 --steps 40 --batch 64 --seed 0 --out traj.csv
+# ... and of its gradient flow (the flow study's solver), to a short flow time on a small sample.
+run groupsparse population --solver flow --d 10 --D 8 --eta-D-limit 6 --flow-time 64 --samples 256 --seed 0 \
+  --out flow.csv
 
 # The other shipped studies: planned (a dry run parses and checks the whole config) and estimated.
 run snakemake -n > /dev/null
-for config in configs/theorem.yaml configs/population_gd.yaml configs/practitioners.yaml configs/cifar10.yaml configs/paper.yaml configs/scaling.yaml configs/tiny.yaml; do
+for config in configs/theorem.yaml configs/population.yaml configs/population_gd.yaml configs/practitioners.yaml configs/cifar10.yaml configs/paper.yaml configs/scaling.yaml configs/tiny.yaml; do
   run snakemake -n --cores all --configfile "$config" > /dev/null
   run groupsparse estimate --no-calibration --configfile "$config" > /dev/null
 done
@@ -103,6 +106,9 @@ run groupsparse estimate --configfile config.yaml
 for pair in "configs/population_gd.yaml configs/cluster/population_large_D.yaml" \
   "configs/practitioners.yaml configs/cluster/practitioners_D32.yaml" \
   "configs/population_gd.yaml configs/slices/population_D64.yaml" \
+  "configs/population_gd.yaml configs/slices/population_gd_large_D_predictions.yaml" \
+  "configs/population.yaml configs/slices/population_fit_levels.yaml" \
+  "configs/population.yaml configs/slices/population_to_D96.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_small_D.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_D16.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_D24_stable.yaml" \
@@ -113,18 +119,18 @@ for pair in "configs/population_gd.yaml configs/cluster/population_large_D.yaml"
   run groupsparse estimate --no-calibration --configfile $pair > /dev/null
 done
 for overlay in configs/cluster/*.yaml configs/slices/*.yaml; do  # an overlay added without a line above fails here
-  case " population_large_D practitioners_D32 population_D64 practitioners_small_D practitioners_D16 practitioners_D24_stable practitioners_D24 " in *" $(basename "$overlay" .yaml) "*) ;; *)
+  case " population_large_D practitioners_D32 population_D64 population_gd_large_D_predictions population_fit_levels population_to_D96 practitioners_small_D practitioners_D16 practitioners_D24_stable practitioners_D24 " in *" $(basename "$overlay" .yaml) "*) ;; *)
     echo "documented-commands: $overlay is planned by no line of this script" >&2; exit 1 ;;
   esac
 done
 for config in configs/*.yaml; do  # a config added without a line above fails here
-  case " theorem population practitioners cifar10 paper scaling tiny " in *" $(basename "$config" .yaml) "*) ;; *)
+  case " theorem population population_gd practitioners cifar10 paper scaling tiny " in *" $(basename "$config" .yaml) "*) ;; *)
     echo "documented-commands: $config is planned by no line of this script" >&2; exit 1 ;;
   esac
 done
 
 # Not run here, and why:
-# - `snakemake --cores all` on config.yaml, configs/theorem.yaml, population.yaml, practitioners*.yaml, paper.yaml,
+# - `snakemake --cores all` on config.yaml, configs/theorem.yaml, population*.yaml, practitioners*.yaml, paper.yaml,
 #   cifar10.yaml: hours of
 #   CPU (the README's times); planned above with -n instead.
 # - `snakemake --workflow-profile workflow/profiles/slurm ...` and `pip install -e ".[slurm]"`: need
