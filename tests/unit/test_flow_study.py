@@ -88,3 +88,31 @@ def test_log_growth_holds_and_power_growth_does_not():
 def test_rest_follows_the_gap_or_not():
     assert verdicts(trajectory(log_growth, follows))["rest_follows_gap"] == "holds"
     assert verdicts(trajectory(log_growth, half))["rest_follows_gap"] == "does not hold"
+
+
+def test_the_flow_agrees_with_gradient_descent_where_its_value_lies_in_gds_interval(tmp_path):
+    """flow_vs_gd: typed verdicts from the committed by-D tables, agrees inside GD's interval, differs outside,
+    inconclusive where either side is censored; GD's value is the row's predicted value."""
+    from groupsparse.analysis.bound import BY_D_COLUMNS
+    from groupsparse.analysis.flow_study import reference_claims
+
+    q = "1 - min attention at flow time 1 D^3"
+    gd = pd.DataFrame(
+        [["", "population", 10, D, 128, 6 / D, 2, q, 0.01 * D, 0.009 * D, 0.011 * D, False] for D in (16, 32, 64)],
+        columns=BY_D_COLUMNS,
+    )
+    path = tmp_path / "theorem_by_D.csv"
+    gd.to_csv(path, index=False)
+    flow = pd.DataFrame(
+        [["", "flow", 10, 16, 0, 6 / 16, 4, q, 0.16, 0.15, 0.17, False],  # inside GD's [0.144, 0.176]
+         ["", "flow", 10, 32, 0, 6 / 32, 4, q, 0.40, 0.39, 0.41, False],  # outside [0.288, 0.352]
+         ["", "flow", 10, 64, 0, 6 / 64, 4, q, 0.64, 0.60, 0.70, True]],  # censored
+        columns=BY_D_COLUMNS,
+    )  # fmt: skip
+    rows = reference_claims(flow, settings(reference_by_D=(str(path),)))
+    got = {int(r["D"]): (r["verdict"], r["predicted_value"]) for r in rows}
+    assert got == {
+        16: ("agrees", pytest.approx(0.16)),
+        32: ("differs", pytest.approx(0.32)),
+        64: ("inconclusive", pytest.approx(0.64)),
+    }

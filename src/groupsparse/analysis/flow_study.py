@@ -208,12 +208,20 @@ def reference_claims(flow_by_D: pd.DataFrame, s: Settings) -> list[dict]:
             "population gradient descent at eta(D) is the Euler discretisation of the flow: where both ran they "
             "agree up to that discretisation and the runs' noise",
         )
-        row["verdict"] = "descriptive"
+        # typed: agrees where the flow's value lies inside gradient descent's interval (no tolerance test: GD's
+        # discretisation is a real difference); gradient descent's value as the row's predicted value
+        censored = bool(r["censored"] or r["censored_gd"])
+        row["verdict"] = "inconclusive" if censored else ("agrees" if inside else "differs")
+        row["predicted_value"] = float(r["value_gd"])
         row["why"] = (
-            "inside gradient descent's interval"
-            if inside
-            else f"outside gradient descent's interval (ratio {r['value'] / r['value_gd']:.3g}): its "
-            f"discretisation at eta = {r['eta_gd']:.4g} and the runs' noise"
+            "censored"
+            if censored
+            else (
+                "inside gradient descent's interval"
+                if inside
+                else f"outside gradient descent's interval (ratio {r['value'] / r['value_gd']:.3g}): its "
+                f"discretisation at eta = {r['eta_gd']:.4g} and the runs' noise"
+            )
         )
         rows.append(row)
     return rows
