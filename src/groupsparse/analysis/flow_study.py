@@ -172,7 +172,7 @@ def reference_claims(flow_by_D: pd.DataFrame, s: Settings) -> list[dict]:
          for p in s.reference_by_D],
         ignore_index=True,
     )  # fmt: skip
-    ref = ref[(ref["group"].fillna("") == "") & (ref["algorithm"] == "population")]
+    ref = ref[(ref["group"].astype(object).fillna("").astype(str) == "") & (ref["algorithm"] == "population")]
     ref = ref.drop_duplicates(["D", "quantity"], keep="last")  # a D in two tables: the later one (a slice)
     flow = flow_by_D
     flow = flow[(flow["group"] == "") & (flow["algorithm"] == "flow")]
