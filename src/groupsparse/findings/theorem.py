@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 
 from ..analysis.statements import levels
+from ..config.schema import schema_defaults
 from .tables import FindingsError, Tables
 
 NUMBER = 1
 TITLE = "Does gradient descent learn the theorem's selection, at its rate?"
 STUDY = "population_gd"
+FLOW = "population"  # the decisive study: population gradient flow (configs/population.yaml), D = 4 ... 256
 LARGEST_D = "population_D64"  # the population study's D = 64, a slice of its own (configs/slices/)
 FIGURE = "docs/figures/question1.png"
 PLAIN = "plain512"  # plain batch gradient descent beside population GD, up to D = 32
@@ -119,6 +121,46 @@ def finite_batches(t: Tables) -> list[dict]:
     return out
 
 
+def flow(t: Tables | None) -> dict | None:
+    """The flow study as far as it has run: its levels, the bound per c, its law tests (where runs above
+    fit_D_max exist), the flow against population gradient descent where both ran, the mechanism per D."""
+    if t is None or not t.has("claims"):
+        return None
+    fs = t.config["scaling"]["pretrain"].get("flow", {})
+    against = t.claims(statement="flow_vs_gd")
+    mechanism = {}
+    for statement in ("gap_log_growth", "rest_follows_gap"):
+        rows = t.claims(statement=statement).sort_values("D")
+        mechanism[statement] = {
+            "D": [int(D) for D in rows["D"]],
+            "holds": [int(D) for D in rows.loc[rows["verdict"] == "holds", "D"]],
+            "fails": [int(D) for D in rows.loc[rows["verdict"] == "does not hold", "D"]],
+            "values": [_interval(r) | {"D": int(r["D"])} for _, r in rows.iterrows()],
+        }
+    measured = sorted({int(D) for D in t.rows("theorem_by_D", group="", algorithm="flow")["D"]})
+    return {
+        "settings": _settings(t)
+        | {
+            "samples": fs.get("samples"),
+            "rtol": fs.get("rtol"),
+            "measured_D": measured,
+            "tolerance": t.config["scaling"]["analysis"].get(
+                "gap_growth_tolerance", schema_defaults("scaling_analysis")["gap_growth_tolerance"]
+            ),
+        },
+        "bound": bound(t),
+        "cells": law_cells(t, ""),
+        "against_gd": {
+            "total": len(against),
+            "agrees": int((against["verdict"] == "agrees").sum()),
+            "differs": int((against["verdict"] == "differs").sum()),
+            "D": sorted({int(D) for D in against["D"]}),
+        },
+        "mechanism": mechanism,
+        "replicates": min([float(r) for r in t.claims(statement="bound_constant")["replicates"]] or [math.nan]),
+    }
+
+
 def _settings(t: Tables) -> dict:
     grid = t.config["scaling"]
     pre = t.config["pretrain"] | grid["pretrain"]
@@ -172,4 +214,5 @@ def context(studies: dict[str, Tables]) -> dict | None:
         "theorem_better": sum(d["verdict"] == "theorem predicts better" for d in theorem),
         "theorem_total": len(theorem),
         "replicates": min([c["replicates"] for c in population + at_64] or [math.nan]),
+        "flow": flow(studies.get(FLOW)),
     }
