@@ -254,6 +254,8 @@ def concentration_panel(ax, exp_rec: FitRecord, pow_rec: FitRecord, comparison: 
             color="C2",
             label=f"power: D^{p.slope:.2f}, RSS {rss(p):.3g}",
         )
+    if not (len(ok) or below.any() or np.isfinite(f.y[used]).any()):  # nothing measured: a log axis needs a range
+        ax.set_ylim(ATTENTION_RESOLUTION, 1)
     ax.set_yscale("log")
     ax.set_xticks(np.unique(f.x), [f"{v:g}" for v in np.unique(f.x)])
     ax.set_xlabel("D (groups)")
