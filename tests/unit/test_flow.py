@@ -203,6 +203,33 @@ def test_a_killed_flow_resumes_bit_identically(tmp_path):
     assert pd_equal, "a resumed flow must give the uninterrupted flow's rows"
 
 
+def test_a_stop_signal_stops_the_flow_within_a_segment_and_it_resumes_bit_identically(tmp_path):
+    """SIGINT or SIGTERM (io.progress's stop request) stops the solver at its next step: the segment under way
+    is dropped, the state saved at its start stays, and the resumed flow equals the uninterrupted one."""
+    import signal
+
+    from groupsparse.io import progress as stopping
+
+    spec = flow_spec()
+    whole = FlowRun(spec, [0, 1]).run().trajectory
+
+    def stop_after(i, segment):
+        if i == 1 and segment == 4:  # the request arrives while seed 1's fifth segment is to run
+            stopping._stop["signal"] = signal.SIGTERM
+
+    state = tmp_path / "state.safetensors"
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM; state saved at flow time"):
+            FlowRun(spec, [0, 1], resume_path=state).run(progress=stop_after)
+    finally:
+        stopping._stop["signal"] = None
+    assert state.exists()
+    res = FlowRun(spec, [0, 1], resume_path=state).run()
+    assert res.resumed_from_step > 0 and not state.exists()
+    cols = [c for c in whole.columns if c != "cpu_seconds"]
+    assert whole[cols].reset_index(drop=True).equals(res.trajectory[cols].reset_index(drop=True))
+
+
 def test_threads_change_no_bit():
     import numba
 
