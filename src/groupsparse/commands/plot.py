@@ -45,7 +45,10 @@ def register(sub) -> None:
         "(each study's scaling_out_of_sample.png and <task>_transfer_accuracy.png)",
     )
     p.add_argument(
-        "--docs", type=InputFolder(), default="docs", help="with --headline: the folder of the committed studies"
+        "--docs",
+        type=InputFolder(missing_ok=True),
+        default="docs",
+        help="with --headline: the folder of the committed studies",
     )
     for q, what in (
         ("question1", "population gradient descent against the theorem's rate"),
