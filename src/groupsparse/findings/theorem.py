@@ -34,17 +34,19 @@ def _interval(r) -> dict:
     return {"value": _float(r["measured"]), "low": _float(r["low"]), "high": _float(r["high"])}
 
 
-def law_cells(t: Tables, variant: str) -> list[dict]:
+def law_cells(t: Tables, variant: str, fitted_on: str = "") -> list[dict]:
     """Per kappa, the law test of one group of runs: its verdict, the law with the smallest criterion, the
-    difference between every two laws with its interval, verdict and power, and each law's fitted rate c."""
+    difference between every two laws with its interval, verdict and power, and each law's fitted rate c; of
+    the laws fitted on ``fitted_on`` ('': the study's own runs; else another study's committed fits)."""
     cells = []
-    tests = t.claims(statement="law_test", variant=variant).sort_values("kappa")
+    tests = t.claims(statement="law_test", variant=variant, fitted_on=fitted_on).sort_values("kappa")
     for _, test in tests.iterrows():
         kappa = float(test["kappa"])
-        if not len(t.claims(statement="law_difference", variant=variant, kappa=kappa)):
+        differences = t.claims(statement="law_difference", variant=variant, kappa=kappa, fitted_on=fitted_on)
+        if not len(differences):
             continue  # no law could be fitted: nothing to compare
         diffs = {}
-        for _, r in t.claims(statement="law_difference", variant=variant, kappa=kappa).iterrows():
+        for _, r in differences.iterrows():
             diffs[f"{r['subject']}-{r['reference']}"] = _interval(r) | {
                 "verdict": str(r["verdict"]),
                 "power": _float(r["power"]),
@@ -54,7 +56,8 @@ def law_cells(t: Tables, variant: str) -> list[dict]:
         rates = {
             law: _interval(r) | {"verdict": str(r["verdict"])}
             for law in ("theorem", "nested")
-            if (r := t.claim(statement="law_rate", variant=variant, kappa=kappa, subject=law)) is not None
+            if (r := t.claim(statement="law_rate", variant=variant, kappa=kappa, subject=law, fitted_on=fitted_on))
+            is not None
         }
         cells.append(
             {
