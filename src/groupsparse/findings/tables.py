@@ -40,6 +40,8 @@ class Shipped:
 # The findings (docs/findings.md, the README's answers) read these studies' committed tables.
 SHIPPED = (
     Shipped("default", "config.yaml", "docs/results"),
+    # the decisive test: population gradient flow, committed a level at a time as its runs finish
+    Shipped("population", "configs/population.yaml", "docs/population"),
     Shipped("population_gd", "configs/population_gd.yaml", "docs/population_gd"),
     Shipped("theorem", "configs/theorem.yaml", "docs/theorem"),
     # configs/population_gd.yaml's D = 64 on 2 cores (the fit levels rerun bit for bit, D = 64 added)

@@ -129,7 +129,6 @@ def flow(t: Tables | None) -> dict | None:
     fit_D_max exist), the flow against population gradient descent where both ran, the mechanism per D."""
     if t is None or not t.has("claims"):
         return None
-    fs = t.config["scaling"]["pretrain"].get("flow", {})
     against = t.claims(statement="flow_vs_gd")
     mechanism = {}
     for statement in ("gap_log_growth", "rest_follows_gap"):
@@ -144,8 +143,6 @@ def flow(t: Tables | None) -> dict | None:
     return {
         "settings": _settings(t)
         | {
-            "samples": fs.get("samples"),
-            "rtol": fs.get("rtol"),
             "measured_D": measured,
             "tolerance": t.config["scaling"]["analysis"].get(
                 "gap_growth_tolerance", schema_defaults("scaling_analysis")["gap_growth_tolerance"]
@@ -182,6 +179,9 @@ def _settings(t: Tables) -> dict:
         "fit_D_max": grid["analysis"]["fit_D_max"],
         "predict_D": grid["analysis"]["predict_D"],
         "dtype": t.config["dtype"],
+        "solver": pre.get("solver", "gd"),
+        "samples": (pre.get("flow") or {}).get("samples"),
+        "rtol": (pre.get("flow") or {}).get("rtol"),
     }
 
 
