@@ -84,7 +84,11 @@ def _usable(predictions: pd.DataFrame) -> pd.DataFrame:
     if predictions is None or not len(predictions):
         return pd.DataFrame(columns=["group", "d", "kappa", "law", "D", "rest", "coefficients"])
     p = predictions.assign(group=predictions["group"].fillna("").astype(str))
-    return p[np.isfinite(p["rest"].astype(float))]
+    p = p[np.isfinite(p["rest"].astype(float))]
+    if len(p) and {"algorithm", "fit_D_max"} <= set(p.columns):  # the study's own fits (first), not another's
+        first = p.iloc[0]
+        p = p[(p["algorithm"] == first["algorithm"]) & (p["fit_D_max"] == first["fit_D_max"])]
+    return p
 
 
 def _errorbars(ax, part: pd.DataFrame, color, label: str, line: bool, shift: float = 1.0) -> None:

@@ -153,6 +153,9 @@ def _scaling_pretrain(config: dict | None) -> dict:
 def grid_words(config: dict | None) -> str:
     """The scaling grid's own runs: their algorithm, batch and step-size rule."""
     pre = _scaling_pretrain(config)
+    if pre.get("solver") == "flow":  # an ODE: its samples and tolerance, no batch or step size
+        flow = pre.get("flow") or {}
+        return f"population flow, N = {flow.get('samples', '?')} samples, rtol {flow.get('rtol', '?'):g}"
     algorithm = GRADIENT_WORDS.get(pre.get("gradient", "auto"), "batch GD")
     parts = [algorithm]
     if "batch" in pre:
