@@ -42,11 +42,25 @@ def task_runs(tables: Path) -> list[str]:
     return list(ps.loc[ps["role"] == "task", "run"])
 
 
+def _read_json(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text())
+
+
 def main_figures(results: Path, tables: Path) -> list[tuple[str, str]]:
     """(folder, figure) pairs shown in the README: each task run's figures (an image run's image figures
     instead of its curves), then the scaling figures, those that exist."""
     pairs = []
-    for run in task_runs(tables):
+    # a study that scales and transfers nothing names a task only because the schema needs one: a short
+    # pretraining-only placeholder (figures.runs.placeholder), whose figures are no result of the study
+    study = (
+        (_read_json(results / "provenance.json").get("study") or {}) if (results / "provenance.json").is_file() else {}
+    )
+    placeholder_tasks = bool((study.get("scaling") or {}).get("enabled")) and not (study.get("transfer") or {}).get(
+        "enabled", True
+    )
+    for run in [] if placeholder_tasks else task_runs(tables):
         folder = results / "figures" / run
         names = IMAGE_RUN_FIGURES if (folder / "image_attention.png").exists() else RUN_FIGURES
         pairs += [(run, name) for name in names]
