@@ -85,9 +85,9 @@ def _usable(predictions: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["group", "d", "kappa", "law", "D", "rest", "coefficients"])
     p = predictions.assign(group=predictions["group"].fillna("").astype(str))
     p = p[np.isfinite(p["rest"].astype(float))]
-    if len(p) and {"algorithm", "fit_D_max"} <= set(p.columns):  # the study's own fits (first), not another's
+    if len(p) and "fit_D_max" in p.columns:  # the study's own fits (first), not another's
         first = p.iloc[0]
-        p = p[(p["algorithm"] == first["algorithm"]) & (p["fit_D_max"] == first["fit_D_max"])]
+        p = p[p["fit_D_max"] == first["fit_D_max"]]  # another study's fits: their own fit_D_max
     return p
 
 
