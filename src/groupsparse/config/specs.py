@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import ConfigError, require  # noqa: F401 (ConfigError: re-exported, the error of every spec)
 from .schema import check_run_spec, schema_defaults
-from .subspace import FlowSpec, check_flow, check_population
+from .subspace import FLOW_DEFAULTS, FlowSpec, check_flow, check_population
 
 # Ranges, enums and defaults of the settings live in src/groupsparse/config/config.schema.yaml (see schema.py);
 # this module keeps the rules that tie several settings together.
@@ -32,7 +32,6 @@ _TASK = schema_defaults("task")
 _IMAGE_TASK = schema_defaults("task", kind="images")
 _MODEL = schema_defaults("model")
 _PRETRAIN = schema_defaults("pretrain")
-_FLOW = schema_defaults("flow")  # the flow's settings (subspace.FlowSpec): left out of a spec at their defaults
 _TOP = schema_defaults()
 _LABELS = schema_defaults("run_labels")
 
@@ -346,7 +345,7 @@ class RunSpec:
         flow = out["pretrain"].pop("flow")
         if self.pretrain.solver == "flow":  # the flow's settings where they differ from their defaults
             flow["targets_c"] = list(flow["targets_c"])
-            out["pretrain"]["flow"] = {k: v for k, v in flow.items() if v != _FLOW[k]}
+            out["pretrain"]["flow"] = {k: v for k, v in flow.items() if v != FLOW_DEFAULTS[k]}
         for section, keys in ADDED_SETTINGS.items():
             for key in keys:
                 if out[section][key] == _SECTION_DEFAULTS[section][key]:

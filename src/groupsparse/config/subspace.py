@@ -10,24 +10,24 @@ from dataclasses import dataclass
 from .errors import require
 from .schema import schema_defaults
 
-_FLOW = schema_defaults("flow")
+FLOW_DEFAULTS = schema_defaults("flow")  # the schema's $defs/flow (a spec leaves these out)
 
 
 @dataclass(frozen=True)
 class FlowSpec:
     """Population gradient flow's settings (pretrain.solver: flow; the schema's $defs/flow)."""
 
-    samples: int = _FLOW["samples"]
-    sampler: str = _FLOW["sampler"]
-    eval_samples: int = _FLOW["eval_samples"]
-    nodes: int = _FLOW["nodes"]
-    method: str = _FLOW["method"]
-    rtol: float = _FLOW["rtol"]
-    atol: float = _FLOW["atol"]
-    flow_time: float | None = _FLOW["flow_time"]
-    records_per_octave: int = _FLOW["records_per_octave"]
-    targets_c: tuple = tuple(_FLOW["targets_c"])
-    implementation: str = _FLOW["implementation"]
+    samples: int = FLOW_DEFAULTS["samples"]
+    sampler: str = FLOW_DEFAULTS["sampler"]
+    eval_samples: int = FLOW_DEFAULTS["eval_samples"]
+    nodes: int = FLOW_DEFAULTS["nodes"]
+    method: str = FLOW_DEFAULTS["method"]
+    rtol: float = FLOW_DEFAULTS["rtol"]
+    atol: float = FLOW_DEFAULTS["atol"]
+    flow_time: float | None = FLOW_DEFAULTS["flow_time"]
+    records_per_octave: int = FLOW_DEFAULTS["records_per_octave"]
+    targets_c: tuple = tuple(FLOW_DEFAULTS["targets_c"])
+    implementation: str = FLOW_DEFAULTS["implementation"]
 
     def validate(self, where: str = "pretrain.flow") -> None:
         object.__setattr__(self, "targets_c", tuple(float(c) for c in self.targets_c))

@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from ..data.kinds import kind_of
+from ..io.report import names_a_placeholder_task
 from . import figure_title, pyplot, save
 from .words import DOWNSTREAM_WORDS, GRADIENT_WORDS, method_label
 
@@ -83,8 +84,7 @@ def placeholder(spec: dict | None, study: dict | None) -> bool:
     such a study trains it only briefly (configs/population_gd.yaml, configs/practitioners.yaml)."""
     if not spec or not study or spec.get("role", "task") != "task":
         return False
-    scaling, transfer = study.get("scaling") or {}, study.get("transfer") or {}
-    return bool(scaling.get("enabled")) and not transfer.get("enabled", True)
+    return names_a_placeholder_task(study)
 
 
 def _per_seed(ax, traj, column, label=None, logy=False):

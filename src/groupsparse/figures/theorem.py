@@ -183,6 +183,16 @@ def out_of_sample_figure(measured: pd.DataFrame, predictions: pd.DataFrame | Non
     return fig
 
 
+def law_curve(rows: pd.DataFrame, law: str, Ds) -> np.ndarray | None:
+    """1 - min attention by ``law`` at ``Ds``, from its prediction rows' fitted coefficients (space-separated
+    numbers); None where the rows carry none (a law that could not be fitted)."""
+    coef = rows["coefficients"].dropna()
+    if not (len(coef) and isinstance(coef.iloc[0], str)):
+        return None
+    X, off = design(law, Ds)
+    return np.exp(X @ np.array([float(x) for x in coef.iloc[0].split()]) + off)
+
+
 def _fitted_panel(ax, group, d, kappa, usable, measured, fit_max, config) -> None:
     p = usable[(usable["group"] == group) & (usable["d"] == d) & (usable["kappa"] == kappa)]
     m = measured[(measured["group"] == group) & (measured["d"] == d) & (measured["kappa"] == kappa)]
@@ -191,12 +201,10 @@ def _fitted_panel(ax, group, d, kappa, usable, measured, fit_max, config) -> Non
     for i, law in enumerate(laws):
         color, name = LAW_STYLE[law]
         q = p[p["law"] == law].sort_values("D")
-        coef = q["coefficients"].dropna()
-        if len(coef) and isinstance(coef.iloc[0], str):  # the fit's coefficients, space-separated numbers
-            beta = np.array([float(x) for x in coef.iloc[0].split()])
-            Ds = np.geomspace(min(4, m["D"].min() if len(m) else 4), max(q["D"].max(), fit_max or 0), 100)
-            X, off = design(law, Ds)
-            ax.plot(Ds, np.exp(X @ beta + off), color=color, lw=1, label=name)
+        Ds = np.geomspace(min(4, m["D"].min() if len(m) else 4), max(q["D"].max(), fit_max or 0), 100)
+        curve = law_curve(q, law, Ds)
+        if curve is not None:
+            ax.plot(Ds, curve, color=color, lw=1, label=name)
         shift = 1 + 0.03 * (i - (len(laws) - 1) / 2)  # side by side at each predicted D
         ax.errorbar(
             q["D"] * shift,

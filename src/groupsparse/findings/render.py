@@ -15,19 +15,9 @@ import re
 from functools import cache
 
 from . import images, theorem, training, transfer
-from .tables import POWERS_DISAGREE, FindingsError, Tables
+from .tables import POWERS_DISAGREE, FindingsError, Tables, num
 
 QUESTIONS = (theorem, training, transfer, images)  # the README's questions, in its order
-
-
-def num(x, digits: int = 3) -> str:
-    """A number at ``digits`` decimals; '−' signs as '-'; 'n/a' for NaN, 'inf' for an open end."""
-    x = float(x)
-    if math.isnan(x):
-        return "n/a"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.{digits}f}"
 
 
 def sig(x, digits: int = 2) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 from ..analysis.statements import levels
-from ..config.schema import schema_defaults
 from .tables import FindingsError, Tables
 
 NUMBER = 1
@@ -137,17 +136,11 @@ def flow(t: Tables | None) -> dict | None:
             "D": [int(D) for D in rows["D"]],
             "holds": [int(D) for D in rows.loc[rows["verdict"] == "holds", "D"]],
             "fails": [int(D) for D in rows.loc[rows["verdict"] == "does not hold", "D"]],
-            "values": [_interval(r) | {"D": int(r["D"])} for _, r in rows.iterrows()],
         }
     measured = sorted({int(D) for D in t.rows("theorem_by_D", group="", algorithm="flow")["D"]})
     return {
         "settings": _settings(t)
-        | {
-            "measured_D": measured,
-            "tolerance": t.config["scaling"]["analysis"].get(
-                "gap_growth_tolerance", schema_defaults("scaling_analysis")["gap_growth_tolerance"]
-            ),
-        },
+        | {"measured_D": measured, "tolerance": t.config["scaling"]["analysis"]["gap_growth_tolerance"]},
         "bound": bound(t),
         "cells": law_cells(t, ""),
         "against_gd": {

@@ -42,25 +42,25 @@ def task_runs(tables: Path) -> list[str]:
     return list(ps.loc[ps["role"] == "task", "run"])
 
 
-def _read_json(path: Path) -> dict:
-    import json
+def run_provenance(results: Path) -> dict:
+    """A study's results/<study>/provenance.json (its config, specs, commit, CPU); {} before its first run."""
+    path = Path(results) / "provenance.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
-    return json.loads(path.read_text())
+
+def names_a_placeholder_task(study: dict) -> bool:
+    """Whether a study's named tasks are placeholders: it scales and transfers nothing, and names a task only
+    because the schema needs one (trained briefly, no result of the study; figures.runs.placeholder)."""
+    scaling, transfer = study.get("scaling") or {}, study.get("transfer") or {}
+    return bool(scaling.get("enabled")) and not transfer.get("enabled", True)
 
 
 def main_figures(results: Path, tables: Path) -> list[tuple[str, str]]:
     """(folder, figure) pairs shown in the README: each task run's figures (an image run's image figures
     instead of its curves), then the scaling figures, those that exist."""
     pairs = []
-    # a study that scales and transfers nothing names a task only because the schema needs one: a short
-    # pretraining-only placeholder (figures.runs.placeholder), whose figures are no result of the study
-    study = (
-        (_read_json(results / "provenance.json").get("study") or {}) if (results / "provenance.json").is_file() else {}
-    )
-    placeholder_tasks = bool((study.get("scaling") or {}).get("enabled")) and not (study.get("transfer") or {}).get(
-        "enabled", True
-    )
-    for run in [] if placeholder_tasks else task_runs(tables):
+    placeholders = names_a_placeholder_task(run_provenance(results).get("study") or {})
+    for run in [] if placeholders else task_runs(tables):
         folder = results / "figures" / run
         names = IMAGE_RUN_FIGURES if (folder / "image_attention.png").exists() else RUN_FIGURES
         pairs += [(run, name) for name in names]
@@ -231,11 +231,10 @@ def predictions_section(tables: Path) -> str:
 def settings_section(results: Path) -> str:
     """The settings the numbers above were made with, read from the run's provenance (its config with
     the schema's defaults filled in), so that no page types them by hand."""
-    path = results / "provenance.json"
-    if not path.exists():
+    prov = run_provenance(results)
+    if not prov:
         return ""
-    study = json.loads(path.read_text()).get("study") or {}
-    specs = json.loads(path.read_text()).get("run_specs") or {}
+    study, specs = prov.get("study") or {}, prov.get("run_specs") or {}
     rows = []
     for name, entry in (study.get("tasks") or {}).items():
         pre = (specs.get(name) or {}).get("pretrain") or {}
@@ -364,7 +363,7 @@ def write_snapshot(
     for sub, name, path in figs:
         rel = Path(os.path.relpath(path.resolve(), out_dir))
         parts += [f"**{sub}: {name.replace('_', ' ')}**", "", f"![{sub} {name}]({rel.as_posix()})", ""]
-    prov = json.loads((results / "provenance.json").read_text()) if (results / "provenance.json").exists() else {}
+    prov = run_provenance(results)
     if prov:
         cpu = prov.get("cpu") or {}
         parts += [

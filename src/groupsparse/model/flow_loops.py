@@ -136,6 +136,24 @@ def _columns(w, Xp, coef, scale, Kp, col, base, A, E):
 
 
 @njit(**JIT)
+def _query_star(t, w, kappa, base, S):
+    """Query j*'s attention at x_j* . v* = t into S (D,): every key's score moves with t (a softmax, its
+    largest score subtracted)."""
+    D = w.shape[0]
+    top = base[2, 0] + kappa * t * t
+    for i in range(1, D):
+        a = base[1, i] + kappa * w[i] * t
+        top = a if a > top else top
+    S[0] = math.exp(base[2, 0] + kappa * t * t - top)
+    z = S[0]
+    for i in range(1, D):
+        S[i] = math.exp(base[1, i] + kappa * w[i] * t - top)
+        z += S[i]
+    for i in range(D):
+        S[i] /= z
+
+
+@njit(**JIT)
 def _margin(t, w, coef, scale, col, base, S, want_slope):
     """The margin f(t) = gamma sum_j m_j of the sample with x_j* . v* = t (label +1), and with
     ``want_slope`` its derivative df/dt (else 0). S (D,) scratch: query j*'s attention, left in it."""
@@ -148,22 +166,11 @@ def _margin(t, w, coef, scale, col, base, S, want_slope):
         msum += rho * mu + (1.0 - rho) * t
         if want_slope:
             slope += rho * (1.0 - rho) * (-kappa * w[j]) * (mu - t) + (1.0 - rho)
-    # query j*: its keys' scores all move with t
-    top = base[2, 0] + kappa * t * t
+    _query_star(t, w, kappa, base, S)
+    m0, da = S[0] * t, S[0] * 2.0 * kappa * t
     for i in range(1, D):
-        a = base[1, i] + kappa * w[i] * t
-        top = a if a > top else top
-    S[0] = math.exp(base[2, 0] + kappa * t * t - top)
-    z = S[0]
-    for i in range(1, D):
-        S[i] = math.exp(base[1, i] + kappa * w[i] * t - top)
-        z += S[i]
-    m0, da = S[0] * t / z, S[0] * 2.0 * kappa * t / z
-    for i in range(1, D):
-        S[i] /= z
         m0 += S[i] * w[i]
         da += S[i] * kappa * w[i]
-    S[0] /= z
     msum += m0
     if want_slope:
         s0 = S[0] + S[0] * (2.0 * kappa * t) * t
@@ -218,19 +225,9 @@ def _node(t, weight, w, Kp, coef, scale, col, base, S, rho, m, out):
         rho[j] = r
         m[j] = r * col[0, j] + (1.0 - r) * t
         msum += m[j]
-    top = base[2, 0] + kappa * t * t  # query j*: every key's score moves with t
-    for i in range(1, D):
-        a = base[1, i] + kappa * w[i] * t
-        top = a if a > top else top
-    S[0] = math.exp(base[2, 0] + kappa * t * t - top)
-    z = S[0]
-    for i in range(1, D):
-        S[i] = math.exp(base[1, i] + kappa * w[i] * t - top)
-        z += S[i]
-    S[0] /= z
+    _query_star(t, w, kappa, base, S)
     m0 = S[0] * t
     for i in range(1, D):
-        S[i] /= z
         m0 += S[i] * w[i]
     msum += m0
     f = gamma * msum

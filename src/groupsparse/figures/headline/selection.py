@@ -7,11 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analysis.laws import design
 from ...analysis.stats import CONFIDENCE
 from ...io.files import InputError
 from .. import fit_text, mark_at_floor, pyplot
-from ..theorem import LAW_STYLE, levels_from_table
+from ..theorem import LAW_STYLE, law_curve, levels_from_table
 from ..words import eta_words, variant_words
 from .common import Study, errorbar, first_wins, log_D_axis, question_title
 
@@ -39,8 +38,7 @@ def question1_levels(studies: list[Study]) -> tuple[pd.DataFrame, pd.DataFrame, 
     measured = first_wins(measured, ["d", "kappa", "D"])
     predicted = first_wins(predicted, ["d", "kappa", "law", "D"])
     if len(predicted) and fit_max is not None:  # one source of predictions: the first study's own fits
-        own = predicted[predicted["fit_D_max"].astype(int) == fit_max]
-        predicted = own[own["algorithm"] == own["algorithm"].iloc[0]] if len(own) else own
+        predicted = predicted[predicted["fit_D_max"].astype(int) == fit_max]
     return measured, predicted, kappas, fit_max
 
 
@@ -126,12 +124,10 @@ def question1_figure(studies: list[Study]):
         for i, law in enumerate(laws):
             color, _ = LAW_STYLE[law]
             q = p[p["law"] == law].sort_values("D")
-            coef = q["coefficients"].dropna()
-            if len(coef) and isinstance(coef.iloc[0], str):  # the fit's coefficients, space-separated numbers
-                beta = np.array([float(x) for x in coef.iloc[0].split()])
-                Ds = np.geomspace(min(all_D), max(all_D), 200)
-                X, off = design(law, Ds)
-                (handles[law],) = ax.plot(Ds, np.exp(X @ beta + off), color=color, lw=1.2, zorder=2)
+            Ds = np.geomspace(min(all_D), max(all_D), 200)
+            curve = law_curve(q, law, Ds)
+            if curve is not None:
+                (handles[law],) = ax.plot(Ds, curve, color=color, lw=1.2, zorder=2)
             shift = 1 + 0.035 * (i - (len(laws) - 1) / 2)  # side by side at each predicted D
             handles["prediction"] = errorbar(
                 ax, q["D"] * shift, q["rest"], q["rest_low"], q["rest_high"], fmt="s", mfc="none", color=color, ms=4
