@@ -230,6 +230,37 @@ def test_a_stop_signal_stops_the_flow_within_a_segment_and_it_resumes_bit_identi
     assert whole[cols].reset_index(drop=True).equals(res.trajectory[cols].reset_index(drop=True))
 
 
+def test_a_stopped_seed_resumes_from_its_last_segment_not_from_the_start(tmp_path):
+    """The seed under way keeps its finished segments: a run of one seed (the workflow's chunk) stopped in
+    its fifth segment resumes at the end of its fourth, does only the rest, and ends bit-identical."""
+    import signal
+
+    from groupsparse.io import progress as stopping
+    from groupsparse.training.resume import FlowResumeFile
+
+    spec = flow_spec()
+    whole = FlowRun(spec, [0]).run().trajectory
+
+    def stop_after(i, segment):
+        if segment == 4:
+            stopping._stop["signal"] = signal.SIGINT
+
+    state = tmp_path / "state.safetensors"
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGINT; state saved at flow time"):
+            FlowRun(spec, [0], resume_path=state).run(progress=stop_after)
+    finally:
+        stopping._stop["signal"] = None
+    (saved,) = FlowResumeFile(state, spec.science_hash(), [0]).load()
+    assert saved is not None, "the seed under way was saved"
+    meta, _rows = saved
+    assert meta["segment"] == 4 and meta["tau"] > 0
+    res = FlowRun(spec, [0], resume_path=state).run()
+    assert res.resumed_from_step == int(meta["tau"] / res.trajectory["eta"].iloc[0])
+    cols = [c for c in whole.columns if c != "cpu_seconds"]
+    assert whole[cols].reset_index(drop=True).equals(res.trajectory[cols].reset_index(drop=True))
+
+
 def test_threads_change_no_bit():
     import numba
 

@@ -245,7 +245,7 @@ class FlowRun:
         while state.segment < len(self.ends) and state.status == "ok":
             self._segment(seed, state, field, evaluation, float(self.ends[state.segment]))
             state.segment += 1
-            save()
+            save(state)
             if progress:
                 progress(i, state.segment)
         if state.rows[-1]["record"] == "grid" and state.tau == self.T:
@@ -260,7 +260,7 @@ class FlowRun:
         for i in range(len(self.seeds)):
             if states[i] is not None and (states[i].segment >= len(self.ends) or states[i].status != "ok"):
                 continue
-            states[i] = self.run_seed(i, states[i], lambda: self._save(states), progress)
+            states[i] = self.run_seed(i, states[i], lambda state, i=i: self._save_seed(states, i, state), progress)
         self.resume.remove()
         return self._result(states, resumed, time.perf_counter() - t0)
 
@@ -326,6 +326,10 @@ class FlowRun:
         return descent.subspace_parameters([s.coef for s in states], self.tasks, P, TORCH_DTYPES[self.spec.dtype])
 
     # -- resume -----------------------------------------------------------------------
+    def _save_seed(self, states: list[SeedState | None], i: int, state: SeedState) -> None:
+        states[i] = state  # the seed under way is saved too, not only those finished before it
+        self._save(states)
+
     def _save(self, states: list[SeedState | None]) -> None:
         metas, rows = [], []
         for s in states:
