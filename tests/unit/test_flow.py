@@ -181,9 +181,18 @@ def flow_spec(D=5, steps=256, **flow_settings):
     )
 
 
-def test_a_killed_flow_resumes_bit_identically(tmp_path):
-    spec = flow_spec()
-    whole = FlowRun(spec, [0, 1]).run().trajectory
+@pytest.fixture(scope="module")
+def whole_flow():
+    """Two seeds' uninterrupted flow: what every stopped and resumed flow below must give."""
+    return FlowRun(flow_spec(), [0, 1]).run().trajectory
+
+
+RESUME = pytest.mark.xdist_group("flow_resume")  # one worker computes whole_flow once
+
+
+@RESUME
+def test_a_killed_flow_resumes_bit_identically(tmp_path, whole_flow):
+    spec, whole = flow_spec(), whole_flow
 
     class Killed(Exception):
         pass
@@ -203,15 +212,15 @@ def test_a_killed_flow_resumes_bit_identically(tmp_path):
     assert pd_equal, "a resumed flow must give the uninterrupted flow's rows"
 
 
-def test_a_stop_signal_stops_the_flow_within_a_segment_and_it_resumes_bit_identically(tmp_path):
+@RESUME
+def test_a_stop_signal_stops_the_flow_within_a_segment_and_it_resumes_bit_identically(tmp_path, whole_flow):
     """SIGINT or SIGTERM (io.progress's stop request) stops the solver at its next step: the segment under way
     is dropped, the state saved at its start stays, and the resumed flow equals the uninterrupted one."""
     import signal
 
     from groupsparse.io import progress as stopping
 
-    spec = flow_spec()
-    whole = FlowRun(spec, [0, 1]).run().trajectory
+    spec, whole = flow_spec(), whole_flow
 
     def stop_after(i, segment):
         if i == 1 and segment == 4:  # the request arrives while seed 1's fifth segment is to run
@@ -230,7 +239,8 @@ def test_a_stop_signal_stops_the_flow_within_a_segment_and_it_resumes_bit_identi
     assert whole[cols].reset_index(drop=True).equals(res.trajectory[cols].reset_index(drop=True))
 
 
-def test_a_stopped_seed_resumes_from_its_last_segment_not_from_the_start(tmp_path):
+@RESUME
+def test_a_stopped_seed_resumes_from_its_last_segment_not_from_the_start(tmp_path, whole_flow):
     """The seed under way keeps its finished segments: a run of one seed (the workflow's chunk) stopped in
     its fifth segment resumes at the end of its fourth, does only the rest, and ends bit-identical."""
     import signal
@@ -239,7 +249,7 @@ def test_a_stopped_seed_resumes_from_its_last_segment_not_from_the_start(tmp_pat
     from groupsparse.training.resume import FlowResumeFile
 
     spec = flow_spec()
-    whole = FlowRun(spec, [0]).run().trajectory
+    whole = whole_flow[whole_flow["seed"] == 0]  # a seed's flow does not depend on the seeds run beside it
 
     def stop_after(i, segment):
         if segment == 4:

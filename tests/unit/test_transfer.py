@@ -34,6 +34,8 @@ SMALL = {
     },
 }
 
+pytestmark = pytest.mark.xdist_group("transfer_tables")  # its module fixtures run once, on one worker
+
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():

@@ -27,6 +27,8 @@ TINY = tiny_config()
 # a traceback or a job start would show one of these; a parse-time refusal shows none
 JOB_MARKERS = ("Select jobs to execute", "rule pretrain", "localrule", "Traceback")
 
+pytestmark = pytest.mark.xdist_group("bad_configs")  # its module fixtures run once, on one worker
+
 
 def snakemake_args(workdir: Path, *configfiles: Path, extra=()) -> list[str]:
     return snakemake_cmd(workdir, *configfiles, extra=extra, cores=1)[1:]  # without the program name

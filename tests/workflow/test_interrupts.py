@@ -242,6 +242,9 @@ def leftover_partials(workdir: Path) -> list[Path]:
 # -- the uninterrupted reference, with a second snakemake refused while it runs -------------
 
 
+pytestmark = pytest.mark.xdist_group("interrupts")  # the reference study runs once, on one worker
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The kill study run once without faults (--cores 2). While its training job is paused
