@@ -228,6 +228,9 @@ def test_the_population_and_batch_figure_draws_every_run_of_a_D(tmp_path):
     assert "no D with more than one run" in " ".join(t.get_text() for ax in single.axes for t in ax.texts)
     # no population run: the title does not promise one; two d at one D: each curve says its d
     assert not fig._suptitle.get_text().startswith("Population")
+    # a flow study's runs: the title names the flow, not gradient descent
+    flowing = theorem_figures.population_and_batch_figure(traj.assign(algorithm="flow"), s)
+    assert flowing._suptitle.get_text().startswith("Population gradient flow")
     other = traj.assign(d=traj["d"] + 1, run=traj["run"] + "_other_d")
     two = theorem_figures.population_and_batch_figure(pd.concat([traj, other], ignore_index=True), s)
     labels = [line.get_label() for ax in two.axes for line in ax.get_lines() if not line.get_label().startswith("_")]

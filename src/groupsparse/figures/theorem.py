@@ -282,12 +282,15 @@ def population_and_batch_figure(traj: pd.DataFrame, s, config: dict | None = Non
         ncols=min(3, len(handles)),
         fontsize=7,
     )
-    what = (
-        "Population gradient descent (projected onto its invariant subspace) and batch gradient descent"
-        if "algorithm" in traj.columns and (traj["algorithm"] == "population").any()
-        else "Every scaling run at a D (the grid's, its batch check's, its stability variants')"
-    )
-    note = "; a curve stops where 1 - min attention falls below float32's resolution (1e-6)"
+    algorithms = set(traj["algorithm"]) if "algorithm" in traj.columns else set()
+    if "flow" in algorithms:
+        what = "Population gradient flow (the eight-coefficient ODE) and its checks (samples, tolerance)"
+    elif "population" in algorithms:
+        what = "Population gradient descent (projected onto its invariant subspace) and batch gradient descent"
+    else:
+        what = "Every scaling run at a D (the grid's, its batch check's, its stability variants')"
+    # the cut is the study's one attention resolution, whatever precision a run computed in
+    note = f"; a curve stops where 1 - min attention falls below {ATTENTION_RESOLUTION:g} (float32's resolution)"
     if left_out:
         names = ", ".join(variant_label(v, config) for v in left_out)
         note += f"\nNot drawn: Adam, whose step size is no flow time ({names}); the claims' stability rows give them"
