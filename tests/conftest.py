@@ -17,6 +17,32 @@ REPO = Path(__file__).resolve().parents[1]
 TINY_PATH = REPO / "configs" / "tiny.yaml"
 
 
+XDIST_MISMATCH = (
+    "pytest-xdist's --dist loadgroup would ignore every xdist_group with this pytest (pytest-xdist tags a group on "
+    "Node._nodeid, which pytest 9.2 replaced): a group's module fixture (a Slurm cluster, a reference study) would run "
+    "once per worker. pyproject.toml pins pytest below 9.2 for this reason"
+)
+
+
+def pytest_configure(config):
+    """On the controller, before any worker starts: refuse a pytest whose nodes pytest-xdist cannot group."""
+    from _pytest.nodes import Node
+
+    if getattr(config.option, "dist", "no") == "loadgroup" and "_nodeid" not in getattr(Node, "__slots__", ()):
+        raise pytest.UsageError(XDIST_MISMATCH)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which tags each grouped test's id
+def pytest_collection_modifyitems(config, items):
+    """Refuse to run when --dist loadgroup ignores the xdist_group marks: a group's module fixture (a Slurm
+    cluster, a reference study) would then run once per worker, and two Slurm clusters contend for one machine."""
+    if not getattr(config.option, "loadgroup", False):  # set on xdist's workers under --dist loadgroup
+        return
+    lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(f"{len(lost)} grouped tests untagged (first: {lost[0]}): {XDIST_MISMATCH}")
+
+
 def tiny_config() -> dict:
     """The tiny study (configs/tiny.yaml) as a fresh dict."""
     return yaml.safe_load(TINY_PATH.read_text())
