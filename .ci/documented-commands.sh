@@ -11,7 +11,7 @@ if [ "${KEEP:-0}" = 1 ]; then echo "the copy: $work"; else trap 'rm -rf "$work"'
 (cd "$repo" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$work"
 cd "$work"
 
-run() { echo "+ $*" >&2; "$@"; }
+run() { echo "+ [${SECONDS}s] $*" >&2; "$@"; }  # the seconds since the start: where CI's time goes
 
 # The README's first quick-start command up to its `&& snakemake`: the install line, verbatim.
 first="$(awk '/^```bash$/ { getline; print; exit }' README.md)"
