@@ -290,7 +290,7 @@ def population_and_batch_figure(traj: pd.DataFrame, s, config: dict | None = Non
     else:
         what = "Every scaling run at a D (the grid's, its batch check's, its stability variants')"
     # the cut is the study's one attention resolution, whatever precision a run computed in
-    note = f"; a curve stops where 1 - min attention falls below {ATTENTION_RESOLUTION:g} (float32's resolution)"
+    note = "; a curve stops where 1 - min attention falls below float32's resolution (1e-6)"
     if left_out:
         names = ", ".join(variant_label(v, config) for v in left_out)
         note += f"\nNot drawn: Adam, whose step size is no flow time ({names}); the claims' stability rows give them"
