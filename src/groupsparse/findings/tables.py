@@ -126,6 +126,16 @@ class Tables:
             self._config = config
         return self._config
 
+    @property
+    def design(self) -> dict:
+        """The study's config file as shipped: its whole design, where the tables' own config (``config``) may
+        be a slice of it run so far; the tables' config where no file is named."""
+        if self.config_file is None or not (self.root / self.config_file).is_file():
+            return self.config
+        import yaml
+
+        return yaml.safe_load((self.root / self.config_file).read_text())
+
     def claims(self, **where):
         """The claims whose typed columns have these values (:func:`select`); empty without a claims table."""
         if not self.has("claims"):

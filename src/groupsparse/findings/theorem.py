@@ -140,7 +140,11 @@ def flow(t: Tables | None) -> dict | None:
     measured = sorted({int(D) for D in t.rows("theorem_by_D", group="", algorithm="flow")["D"]})
     return {
         "settings": _settings(t)
-        | {"measured_D": measured, "tolerance": t.config["scaling"]["analysis"]["gap_growth_tolerance"]},
+        | {
+            "measured_D": measured,
+            "planned_D": sorted(int(D) for D in t.design["scaling"]["D_grid"]),  # the whole design, not the slice
+            "tolerance": t.config["scaling"]["analysis"]["gap_growth_tolerance"],
+        },
         "bound": bound(t),
         "cells": law_cells(t, ""),
         "against_gd": {
