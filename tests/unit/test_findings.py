@@ -240,6 +240,9 @@ def copied_repo(tmp_path):
     shutil.copytree(REPO / "configs", tmp_path / "configs")
     for s in SHIPPED:
         shutil.copytree(REPO / s.tables, tmp_path / s.tables)
+        preregistered = (REPO / s.tables).parent / "preregistered"  # the predictions the flow's kappa_c is judged by
+        if preregistered.is_dir():
+            shutil.copytree(preregistered, tmp_path / s.tables / ".." / "preregistered")
     return tmp_path
 
 

@@ -223,3 +223,48 @@ def test_kappa_c_is_read_off_each_laws_predictions_with_its_interval():
     assert out.loc[0.05, "kappa_c_high"] == pytest.approx(A * math.exp(0.05 * D + 0.5))
     assert out.loc[0.05, "censored"] == ""
     assert out.loc[0.1, "censored"] == "above" and out.loc[0.1, "kappa_c_high"] == math.inf
+
+
+def test_a_measured_kappa_c_is_judged_against_each_laws_prediction_a_censored_end_as_a_bound():
+    """The same predictions (kappa_c = A exp(c D), interval x exp(+-0.5); c = 0.1 beyond the grid) against
+    measured flow times at D = 80: inside the interval agrees, outside differs; a measurement not reached by
+    the run's end agrees with a prediction beyond the grid and differs from one inside it."""
+    from schema_settings import settings
+
+    from groupsparse.analysis.kappa_prediction import kappa_c_claims
+
+    kappas = np.array([0.5, 1, 2, 4, 8])
+    D, A = 80, math.exp(-3.5)
+    log_rest = math.log(A) - np.log(kappas)
+    preds = pd.DataFrame(
+        {
+            "group": "", "d": 10, "law": "power", "D": D, "algorithm": "flow", "fit_D_max": 64, "kappa": kappas,
+            "log_rest": log_rest, "log_low": log_rest - 0.5, "log_high": log_rest + 0.5, "fit_levels": "D=4",
+        }
+    )  # fmt: skip
+    traj = pd.DataFrame(
+        {"role": "scaling", "variant": "", "d": [10], "D": [D], "algorithm": "flow", "samples": 2048.0, "rtol": 1e-6}
+    )
+    s = settings(fit_D_max=64, target_c=(0.05, 0.1))
+    expected = A * math.exp(0.05 * D)
+
+    def judged(kappa_c05: float, reached_c01: bool) -> dict[float, str]:
+        seeds = np.arange(4)
+        tau05 = kappa_c05 * D**3 * np.exp(0.01 * (seeds - 1.5))  # four seeds around kappa_c05
+        cr = pd.DataFrame(
+            {
+                "run": "scale_d10_D80", "role": "scaling", "variant": "", "d": 10, "D": D, "seed": np.tile(seeds, 2),
+                "quantity": "attention_min_on_relevant", "c": np.repeat([0.05, 0.1], 4),
+                "flow_time": np.concatenate([tau05, np.full(4, (1.0 if reached_c01 else 8.0) * D**3)]),
+                "censored": np.repeat([False, not reached_c01], 4), "reason": "",
+            }
+        )  # fmt: skip
+        rows = kappa_c_claims(traj, cr, preds, s)
+        assert all(r["statement"] == "kappa_c_prediction" and r["law"] == "power" for r in rows)
+        return {r["c"]: r["verdict"] for r in rows}
+
+    assert judged(expected * 1.2, reached_c01=False) == {0.05: "agrees", 0.1: "agrees"}
+    assert judged(expected * 2.0, reached_c01=False)[0.05] == "differs"  # exp(0.5) = 1.65: outside
+    assert judged(expected / 2.0, reached_c01=False)[0.05] == "differs"
+    # c = 0.1's prediction is 'beyond 8': a run that reaches it at kappa 1 contradicts it
+    assert judged(expected, reached_c01=True)[0.1] == "differs"

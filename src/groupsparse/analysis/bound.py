@@ -32,6 +32,9 @@ from .settings import Settings
 from .statements import About, grid_text, setting_words
 from .stats import MIN_SEEDS, max_of_means_interval, mean_interval
 
+# the by-D table's label of the flow time to a theorem target (its readers select rows by it)
+TARGET_QUANTITY = "flow time until min attention >= 1 - exp(-{c:g} D)"
+
 
 def _post_hoc(s: Settings) -> str:
     return " (c chosen after seeing data)" if s.target_c_post_hoc else " (c fixed before the data)"
@@ -166,7 +169,7 @@ def _batch_quantities(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) 
                     "batch": cr["batch"],
                     "eta": cr["eta"],
                     "seed": cr["seed"],
-                    "quantity": f"flow time until min attention >= 1 - exp(-{c0:g} D)",
+                    "quantity": TARGET_QUANTITY.format(c=c0),
                     "kappa": math.nan,
                     "c": c0,
                     "value": np.log(cr["flow_time"].to_numpy(float)),
@@ -293,7 +296,7 @@ def by_D(traj: pd.DataFrame, crossings: pd.DataFrame, s: Settings) -> pd.DataFra
             group = f"check:{variant}" if is_check_variant(variant) else variant
             rows.append(
                 [group, algo, d, D, int(g["batch"].max()), float(g["eta"].iloc[0]), len(g),
-                 f"flow time until min attention >= 1 - exp(-{c:g} D)", m, lo, hi, bool(g["censored"].any())]
+                 TARGET_QUANTITY.format(c=c), m, lo, hi, bool(g["censored"].any())]
             )  # fmt: skip
     rows += by_D_rows(traj, crossings, s)  # the flow's gaps, rates and time units (none without flow runs)
     return pd.DataFrame(rows, columns=BY_D_COLUMNS).sort_values(["quantity", "group", "d", "D"], ignore_index=True)

@@ -27,6 +27,7 @@ from .inputs import (
     with_role,
     without_role,
 )
+from .kappa_prediction import kappa_c_claims
 from .n_star_shape import shape_claims
 from .online_form import online_form_claims
 from .pipeline_power import mean_power
@@ -271,6 +272,7 @@ def analyse(
         + kappa_claims(crossings, s, algorithm_of(traj))
         + concentration_claims(records, s)
         + (prediction_claims(scaled, predictions, s) if predictions is not None and len(scaled) else [])
+        + (kappa_c_claims(scaled, crossings, predictions, s) if predictions is not None and len(scaled) else [])
         + batch_claims(scaled, crossings, s)
         + mechanism_claims(scaled, s)
         + (reference_claims(by_D(flow_runs(scaled), crossings, s), s) if s.reference_by_D else [])

@@ -6,6 +6,11 @@ crosses -c D: the first kappa of the table's grid at or below the target, log-li
 kappa before it. The interval's ends map the same way (a higher r reaches the target later), so the interval
 on kappa_c is the prediction interval's image. Beyond the grid's last kappa the prediction is censored
 (kappa_c > that kappa); at or below its first, kappa_c <= it.
+
+Judged (:func:`kappa_c_claims`) at each measured D above fit_D_max: the measured tau_c(D) / D^3 (geometric
+mean over seeds, t interval) inside the prediction's interval (agrees) or not (differs), a censored end read
+as a bound. The criterion, the one the out-of-sample rows of r use (the measured mean inside the prediction
+interval), was set on 2026-12-07 after D = 80 and 96 ran; the predictions were committed before.
 """
 
 from __future__ import annotations
@@ -14,6 +19,12 @@ import math
 
 import numpy as np
 import pandas as pd
+
+from .rows import claim_row
+from .scaling_laws import MIN_ATTENTION, grid_rows
+from .settings import Settings
+from .statements import ALGORITHM_WORDS, About
+from .stats import mean_interval
 
 KAPPA_C_COLUMNS = [
     "group", "d", "law", "D", "c", "kappa_c", "kappa_c_low", "kappa_c_high", "kappas", "censored", "algorithm",
@@ -66,3 +77,83 @@ def kappa_c_predictions(preds: pd.DataFrame, target_c, source: str = "") -> pd.D
                 }
             )
     return pd.DataFrame(rows, columns=KAPPA_C_COLUMNS)
+
+
+def _agrees(measured: float, censored: bool, p: pd.Series) -> bool:
+    """The measured kappa_c (a lower bound where ``censored``) against a prediction and its interval, a
+    censored prediction read as its bound: 'below' (kappa_c <= the first kappa), 'above' (> the last)."""
+    low = 0.0 if p["censored"] == "below" else float(p["kappa_c_low"])
+    high = math.inf if p["censored"] == "above" else float(p["kappa_c_high"])
+    return high > measured if censored else low <= measured <= high
+
+
+def kappa_c_claims(traj: pd.DataFrame, crossings: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> list[dict]:
+    """Per source of predictions (the laws fitted on this study's runs, or another study's), law, c and measured
+    D above fit_D_max: the measured kappa_c(D) = tau_c(D) / D^3 against the law's pre-registered kappa_c."""
+    if preds is None or not len(preds) or not len(crossings):
+        return []
+    cr = grid_rows(crossings)
+    cr = cr[(cr["quantity"] == MIN_ATTENTION) & (cr["role"] == "scaling") & (cr["D"] > s.fit_D_max)]
+    runs = grid_rows(traj[traj["role"] == "scaling"]) if "role" in traj.columns else traj.iloc[:0]
+    predicted = kappa_c_predictions(preds, s.target_c)
+    predicted = predicted[predicted["group"] == ""]
+    rows = []
+    for (d, c, D), h in cr.groupby(["d", "c", "D"], sort=True):
+        run = runs[(runs["d"] == d) & (runs["D"] == D)]
+        algorithm = str(run["algorithm"].iloc[0]) if "algorithm" in run.columns and len(run) else ""
+        flow = algorithm == "flow"
+        with np.errstate(divide="ignore"):  # a target reached at the start has flow time 0: no ratio, dropped
+            logs = np.log(h["flow_time"].to_numpy(float)) - 3 * math.log(D)
+        m, lo, hi = (math.exp(v) if np.isfinite(v) else math.nan for v in mean_interval(logs))
+        censored = bool(h["censored"].any())
+        T = float(h["flow_time"].max()) / D**3
+        if censored:  # not reached by the run's end: kappa_c(D) > T, a lower bound
+            m, lo, hi = T, T, math.inf
+        mine = predicted[(predicted["d"] == d) & (predicted["D"] == D) & np.isclose(predicted["c"], c)]
+        for (fitted, fit_D_max), source in mine.groupby(["algorithm", "fit_D_max"], sort=True):
+            own = int(fit_D_max) == s.fit_D_max and fitted == algorithm
+            for _, p in source.sort_values("law").iterrows():
+                about = About(
+                    variant="",
+                    algorithm=algorithm,
+                    samples=float(run["samples"].iloc[0]) if flow else math.nan,
+                    rtol=float(run["rtol"].iloc[0]) if flow else math.nan,
+                    fitted_on="" if own else f"{ALGORITHM_WORDS.get(fitted, fitted)} runs with D <= {int(fit_D_max)}",
+                    law=str(p["law"]),
+                    d=float(d),
+                    D=float(D),
+                    c=float(c),
+                    c_when="chosen after seeing data" if s.target_c_post_hoc else "fixed before the data",
+                    replicates=float(len(h)),
+                )
+                bound = {"below": " (at most: below the grid's first kappa)", "above": " (beyond the grid's last)"}
+                said = f"{p['kappa_c']:.3g} [{p['kappa_c_low']:.3g}, {p['kappa_c_high']:.3g}]"
+                said += bound.get(str(p["censored"]), "")
+                measured = f"{m:.3g} [{lo:.3g}, {hi:.3g}]"
+                measured = f"more than {T:.3g} (not reached by the run's end)" if censored else measured
+                row = claim_row(
+                    "kappa_c_prediction",
+                    about,
+                    None,
+                    m,
+                    lo,
+                    hi,
+                    "",
+                    f"kappa_c predicted from the laws fitted on D <= {int(fit_D_max)} ({p['fit_levels']}), over the "
+                    f"kappa grid {p['kappas']}: {said}; measured: {measured} ({len(h)} seeds, geometric mean, t "
+                    "interval)",
+                    len(h),
+                    "a law of r at flow time kappa D^3 fixes the flow time at which r reaches exp(-c D): its kappa_c, "
+                    "predicted before these runs",
+                )
+                agrees = _agrees(T if censored else m, censored, p)
+                row["verdict"] = "agrees" if agrees else "differs"
+                row["predicted_value"] = float(p["kappa_c"])
+                row["why"] = (
+                    f"the measured value lies {'inside' if agrees else 'outside'} the prediction's interval {said}"
+                    if not censored
+                    else f"not reached by kappa = {T:.3g}; the prediction {said} "
+                    + ("allows that" if agrees else "says it is reached by then")
+                )
+                rows.append(row)
+    return rows

@@ -84,6 +84,13 @@ STATEMENTS: dict[str, Statement] = {
         f"pre-registered law test, {WHERE}: which law predicts 1 - min attention at flow time {{kappa:g}} D^3 at "
         "D = {D_grid_or_none} (d = {d:.0f})",
     ),
+    "kappa_c_prediction": Statement(
+        "kappa_c_prediction",
+        1,
+        "kappa",
+        f"pre-registered kappa_c, {WHERE}: the {{law}} law's flow time to 1 - exp(-{{c:g}} D), over D^3, at D = "
+        "{D:.0f} (d = {d:.0f})",
+    ),
     "law_difference": Statement(
         "law_difference",
         1,

@@ -63,7 +63,13 @@ def listing(values, word: str = "and") -> str:
 
 
 # the algorithms' short names on the pages (a claims row's typed ``algorithm``; an unknown one reads as its code)
-ALGORITHMS = {"population": "population GD", "batch": "batch GD", "autograd": "autograd GD", "adam": "Adam"}
+ALGORITHMS = {
+    "flow": "population flow",
+    "population": "population GD",
+    "batch": "batch GD",
+    "autograd": "autograd GD",
+    "adam": "Adam",
+}
 
 
 def algorithm(code: str) -> str:

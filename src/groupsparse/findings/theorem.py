@@ -1,17 +1,20 @@
 """Question 1: does gradient descent learn the theorem's selection, at the theorem's rate?
 
-The data of the answer (templates/question1.j2 words it), selected from the typed claims of the
-population study (configs/population_gd.yaml: population gradient descent, each batch gradient projected
-onto the invariant subspace, at eta(D) = min(eta, eta_D_limit / D)) and of its D = 64 slice: the
-bound with its constant fixed in advance (kappa per c), the pre-registered law test with the difference
-between every two laws and each law's fitted rate, the batch and step-size checks, and plain batch
-gradient descent beside it.
+The data of the answer (templates/question1.j2 words it), selected from the typed claims. The answer leads with
+the flow study (configs/population.yaml: population gradient flow, the ODE of the invariant subspace's
+coefficients) once its runs beyond its fit levels are judged: the bound with its constant fixed in advance
+(kappa per c, with the local slopes of tau_c), the pre-registered kappa_c and law test (the difference between
+every two laws, each law's fitted rate), its checks against gradient descent and of its sample and tolerance.
+Population gradient descent (configs/population_gd.yaml and its D = 64 slice, at eta(D) = min(eta,
+eta_D_limit / D)) is the flow's check there, with its own law test, batch and step-size checks, and plain batch
+gradient descent beside it; before the flow's larger runs it led the answer.
 """
 
 from __future__ import annotations
 
 import math
 
+from ..analysis.bound import TARGET_QUANTITY
 from ..analysis.statements import levels
 from .tables import FindingsError, Tables
 
@@ -93,6 +96,7 @@ def bound(t: Tables) -> list[dict]:
                 "at_largest": _float(r["D"]) == max(Ds),
                 "inconclusive": r["verdict"] == "inconclusive",
                 "replicates": _float(r["replicates"]),
+                "algorithm": str(r["algorithm"]),
             }
         )
     return out
@@ -103,7 +107,8 @@ def checks(t: Tables) -> dict:
     rows = t.claims(analysis="batch_check")
     counts = {str(v): int(n) for v, n in rows["verdict"].value_counts().items()}
     differs = sorted({int(D) for D in rows.loc[rows["verdict"] == "differs", "D"].dropna()})
-    return {"counts": counts, "differs_at": differs, "total": len(rows)}
+    measured = sorted({int(D) for D in rows["D"].dropna()})
+    return {"counts": counts, "differs_at": differs, "total": len(rows), "D": measured}
 
 
 def finite_batches(t: Tables) -> list[dict]:
@@ -112,7 +117,7 @@ def finite_batches(t: Tables) -> list[dict]:
     if not t.has("theorem_by_D"):
         return []
     c0 = min(t.config["scaling"]["analysis"]["target_c"])
-    by = t.rows("theorem_by_D", quantity=f"flow time until min attention >= 1 - exp(-{c0:g} D)")
+    by = t.rows("theorem_by_D", quantity=TARGET_QUANTITY.format(c=c0))
     groups = by.assign(group=by["group"].fillna("").astype(str))
     out = []
     for D in sorted(set(groups.loc[groups["group"] == PLAIN, "D"])):
@@ -138,15 +143,52 @@ def flow(t: Tables | None) -> dict | None:
             "fails": [int(D) for D in rows.loc[rows["verdict"] == "does not hold", "D"]],
         }
     measured = sorted({int(D) for D in t.rows("theorem_by_D", group="", algorithm="flow")["D"]})
+    predicted = _kappa_c_predictions(t)
+    kappa_c = []
+    for b in bound(t):
+        judged = t.claims(statement="kappa_c_prediction", fitted_on="", c=b["c"]).sort_values(["D", "law"])
+        at = []
+        for D, g in judged.groupby("D", sort=True):
+            laws = []
+            for _, r in g.iterrows():
+                p = predicted.get((r["law"], int(D), round(b["c"], 6)), {})
+                laws.append({"law": str(r["law"]), "verdict": str(r["verdict"]), "bound": ""} | p)
+            first = g.iloc[0]
+            at.append(_interval(first) | {"D": int(D), "censored": first["high"] == math.inf, "laws": laws})
+        kappa_c.append(
+            {
+                "c": b["c"],
+                "slopes": local_slopes(t, b["c"]),
+                "censored_D": censored_levels(t, b["c"]),
+                "at": at,
+                "judged": sum(len(a["laws"]) for a in at),
+                "agree": sum(law["verdict"] == "agrees" for a in at for law in a["laws"]),
+            }
+        )
+    cells = law_cells(t, "")
+    theorem = [d for cell in cells for d in cell["diffs"].values() if d["a"] == "theorem"]
     return {
         "settings": _settings(t)
         | {
             "measured_D": measured,
             "planned_D": sorted(int(D) for D in t.design["scaling"]["D_grid"]),  # the whole design, not the slice
             "tolerance": t.config["scaling"]["analysis"]["gap_growth_tolerance"],
+            "check_tolerance": t.config["scaling"]["analysis"]["batch_tolerance"],
         },
         "bound": bound(t),
-        "cells": law_cells(t, ""),
+        "kappa_c": kappa_c,
+        "checks": checks(t),
+        "cells": cells,
+        "ties": sum(c["diffs"]["power-nested"]["verdict"] == "tie" for c in cells if "power-nested" in c["diffs"]),
+        "closest": {law: sum(c["closest"] == law for c in cells) for law in LAWS},
+        "theorem_worse": sum(d["verdict"] == f"{d['b']} predicts better" for d in theorem),
+        "theorem_total": len(theorem),
+        # the nested law's rate c fitted on the fit levels: above 0 (its one-sided verdict holds) at how many kappa
+        "nested_c": {
+            "positive": sum(c["rates"]["nested"]["verdict"] == "holds" for c in cells if "nested" in c["rates"]),
+            "low": min([c["rates"]["nested"]["value"] for c in cells if "nested" in c["rates"]] or [math.nan]),
+            "high": max([c["rates"]["nested"]["value"] for c in cells if "nested" in c["rates"]] or [math.nan]),
+        },
         "against_gd": {
             "total": len(against),
             "agrees": int((against["verdict"] == "agrees").sum()),
@@ -156,6 +198,52 @@ def flow(t: Tables | None) -> dict | None:
         "mechanism": mechanism,
         "replicates": min([float(r) for r in t.claims(statement="bound_constant")["replicates"]] or [math.nan]),
     }
+
+
+def _kappa_c_predictions(t: Tables) -> dict:
+    """The kappa_c each law predicted from the study's fit levels, by (law, D, c): the committed pre-registered
+    table beside the study's tables (docs/<study>/preregistered/), else the run's own (results/<study>/tables/)."""
+    import pandas as pd
+
+    path = t.folder.parent / "preregistered" / "kappa_c_predictions.csv"
+    path = path if path.is_file() else t.path("kappa_c_predictions")
+    if path is None:
+        return {}
+    table = pd.read_csv(path)
+    design = t.config["scaling"]["analysis"]
+    own = table[(table["algorithm"] == "flow") & (table["fit_D_max"] == design["fit_D_max"])]
+    return {
+        (str(r["law"]), int(r["D"]), round(float(r["c"]), 6)): {
+            "kappa_c": float(r["kappa_c"]),
+            "low": float(r["kappa_c_low"]),
+            "high": float(r["kappa_c_high"]),
+            "bound": "" if not isinstance(r["censored"], str) else r["censored"],
+        }
+        for _, r in own.iterrows()
+    }
+
+
+def _tau_c_rows(t: Tables, c: float):
+    """The by-D table's rows of the flow grid's flow time to 1 - exp(-c D) (bound.by_D's label)."""
+    return t.rows("theorem_by_D", group="", algorithm="flow", quantity=TARGET_QUANTITY.format(c=c))
+
+
+def censored_levels(t: Tables, c: float) -> list[int]:
+    """The measured D at which the flow did not reach 1 - exp(-c D) by its runs' end."""
+    rows = _tau_c_rows(t, c)
+    return sorted(int(D) for D in rows.loc[rows["censored"].astype(bool) & rows["value"].notna(), "D"])
+
+
+def local_slopes(t: Tables, c: float) -> list[dict]:
+    """The slopes of log tau_c on log D between neighbouring measured levels (3: kappa_c constant; above 3 it
+    grows), from the by-D table's geometric means; censored levels end the list."""
+    rows = _tau_c_rows(t, c)
+    rows = rows[rows["value"].notna() & ~rows["censored"].astype(bool)].sort_values("D")
+    D, tau = rows["D"].to_numpy(float), rows["value"].to_numpy(float)
+    return [
+        {"from": int(a), "to": int(b), "slope": math.log(y / x) / math.log(b / a)}
+        for a, b, x, y in zip(D, D[1:], tau, tau[1:])
+    ]
 
 
 def _settings(t: Tables) -> dict:
@@ -197,6 +285,7 @@ def context(studies: dict[str, Tables]) -> dict | None:
     at_64 = law_cells(largest, "") if largest is not None and largest.has("claims") else []
     diffs = [d for cell in population + at_64 for d in cell["diffs"].values()]
     theorem = [d for d in diffs if d["a"] == "theorem"]
+    flow_context = flow(studies.get(FLOW))
     return {
         "number": NUMBER,
         "title": TITLE,
@@ -214,5 +303,7 @@ def context(studies: dict[str, Tables]) -> dict | None:
         "theorem_better": sum(d["verdict"] == "theorem predicts better" for d in theorem),
         "theorem_total": len(theorem),
         "replicates": min([c["replicates"] for c in population + at_64] or [math.nan]),
-        "flow": flow(studies.get(FLOW)),
+        "flow": flow_context,
+        # the flow leads the answer once its runs beyond its fit levels are judged (its law test has cells)
+        "flow_led": bool(flow_context and flow_context["cells"]),
     }

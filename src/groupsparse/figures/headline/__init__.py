@@ -43,7 +43,7 @@ __all__ = [
 # the committed study folders each question reads (docs/<folder>/tables), in order of precedence: a
 # level two folders both hold (the same run, as a slice reruns its parent's levels) is read from the first
 SOURCES = {
-    "question1": ("population_gd", "population_D64"),
+    "question1": ("population",),
     "question2": ("practitioners_small_D", "practitioners_D16", "practitioners_D24", "practitioners_D24_stable"),
     "question3": ("results",),
     "question4": ("results",),
@@ -52,7 +52,8 @@ SOURCES = {
 # --- all four ---------------------------------------------------------------------------------------
 
 QUESTIONS = {
-    "question1": lambda studies: question1_figure(studies),
+    # three of the flow study's eight kappas, a factor 4 apart (display only: the tables hold every kappa)
+    "question1": lambda studies: question1_figure(studies, kappas=(0.25, 1.0, 4.0)),
     "question2": lambda studies: question2_figure(studies),
     "question3": lambda studies: question3_figure(studies[0]),
     "question4": lambda studies: question4_figure(studies[0]),

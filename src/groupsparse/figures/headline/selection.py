@@ -7,15 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ...analysis.bound import TARGET_QUANTITY
 from ...analysis.stats import CONFIDENCE
 from ...io.files import InputError
 from .. import fit_text, mark_at_floor, pyplot
 from ..theorem import LAW_STYLE, law_curve, levels_from_table
 from ..words import eta_words, variant_words
 from .common import Study, errorbar, first_wins, log_D_axis, question_title
-
-# bound.by_D's label of the flow time to a theorem target, matched to each c of the config as written
-TARGET_QUANTITY = "flow time until min attention >= 1 - exp(-{c:g} D)"
 
 
 def question1_levels(studies: list[Study]) -> tuple[pd.DataFrame, pd.DataFrame, list[float], int | None]:
@@ -80,9 +78,12 @@ def kappa_c_levels(studies: list[Study]) -> pd.DataFrame:
     return first_wins(frames, ["c", "d", "D"])
 
 
-def question1_figure(studies: list[Study]):
+def question1_figure(studies: list[Study], kappas: tuple[float, ...] | None = None):
+    """The law test's panels (r at flow time kappa D^3: measured, each law's curve and pre-registered predictions),
+    one per kappa of the study's or of ``kappas`` (a subset, for display), and kappa_c(D) for each target c."""
     plt = pyplot()
-    measured, predicted, kappas, fit_max = question1_levels(studies)
+    measured, predicted, all_kappas, fit_max = question1_levels(studies)
+    kappas = [k for k in all_kappas if kappas is None or any(abs(k - x) < 1e-12 for x in kappas)]
     kc = kappa_c_levels(studies)
     if not len(measured):
         raise InputError(f"question 1: no measured levels in {', '.join(str(s.folder) for s in studies)}")
