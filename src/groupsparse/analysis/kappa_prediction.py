@@ -149,6 +149,7 @@ def kappa_c_claims(traj: pd.DataFrame, crossings: pd.DataFrame, preds: pd.DataFr
                 agrees = _agrees(T if censored else m, censored, p)
                 row["verdict"] = "agrees" if agrees else "differs"
                 row["predicted_value"] = float(p["kappa_c"])
+                row["prediction"] = f"in {said}"  # display: the typed value is predicted_value
                 row["why"] = (
                     f"the measured value lies {'inside' if agrees else 'outside'} the prediction's interval {said}"
                     if not censored
