@@ -22,6 +22,7 @@ if [ "$install" = "$first" ] || [ -z "$install" ]; then
 fi
 echo "+ $install" >&2
 eval "$install"
+python -m compileall -q src  # PYTHONDONTWRITEBYTECODE=1 here: the copy's modules compiled once (see .ci/run)
 if python -c "import pytest" 2>/dev/null; then
   echo "documented-commands: pytest is installed: this is not the first install line's environment" >&2
   exit 1
