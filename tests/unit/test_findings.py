@@ -242,7 +242,7 @@ def copied_repo(tmp_path):
         shutil.copytree(REPO / s.tables, tmp_path / s.tables)
         preregistered = (REPO / s.tables).parent / "preregistered"  # the predictions the flow's kappa_c is judged by
         if preregistered.is_dir():
-            shutil.copytree(preregistered, tmp_path / s.tables / ".." / "preregistered")
+            shutil.copytree(preregistered, (tmp_path / s.tables).parent / "preregistered")
     return tmp_path
 
 

@@ -203,21 +203,26 @@ def test_prediction_intervals_of_a_three_parameter_law_cover(tmp_path):
     assert np.all((coverage >= 0.92) & (coverage <= 0.98)), coverage
 
 
-def test_kappa_c_is_read_off_each_laws_predictions_with_its_interval():
-    """r = A kappa^-1 at D: the flow time to exp(-c D) is kappa_c = A exp(c D) exactly (log-linear in log kappa),
-    the interval's ends map through the same curve, and a target beyond the grid is censored."""
-    from groupsparse.analysis.kappa_prediction import kappa_c_predictions
-
+def inverse_kappa_predictions(D: int, A: float) -> pd.DataFrame:
+    """A predictions table of one law at one D: log r = log A - log kappa over kappa = 0.5 ... 8, its interval
+    +-0.5 on the log scale (so the flow time to exp(-c D) is kappa_c = A exp(c D), the interval x exp(+-0.5))."""
     kappas = np.array([0.5, 1, 2, 4, 8])
-    D, A = 80, math.exp(-3.5)
     log_rest = math.log(A) - np.log(kappas)
-    preds = pd.DataFrame(
+    return pd.DataFrame(
         {
             "group": "", "d": 10, "law": "power", "D": D, "algorithm": "flow", "fit_D_max": 64, "kappa": kappas,
             "log_rest": log_rest, "log_low": log_rest - 0.5, "log_high": log_rest + 0.5, "fit_levels": "D=4",
         }
     )  # fmt: skip
-    out = kappa_c_predictions(preds, [0.05, 0.1]).set_index("c")
+
+
+def test_kappa_c_is_read_off_each_laws_predictions_with_its_interval():
+    """r = A kappa^-1 at D: the flow time to exp(-c D) is kappa_c = A exp(c D) exactly (log-linear in log kappa),
+    the interval's ends map through the same curve, and a target beyond the grid is censored."""
+    from groupsparse.analysis.kappa_prediction import kappa_c_predictions
+
+    D, A = 80, math.exp(-3.5)
+    out = kappa_c_predictions(inverse_kappa_predictions(D, A), [0.05, 0.1]).set_index("c")
     assert out.loc[0.05, "kappa_c"] == pytest.approx(A * math.exp(0.05 * D))
     assert out.loc[0.05, "kappa_c_low"] == pytest.approx(A * math.exp(0.05 * D - 0.5))
     assert out.loc[0.05, "kappa_c_high"] == pytest.approx(A * math.exp(0.05 * D + 0.5))
@@ -233,15 +238,8 @@ def test_a_measured_kappa_c_is_judged_against_each_laws_prediction_a_censored_en
 
     from groupsparse.analysis.kappa_prediction import kappa_c_claims
 
-    kappas = np.array([0.5, 1, 2, 4, 8])
     D, A = 80, math.exp(-3.5)
-    log_rest = math.log(A) - np.log(kappas)
-    preds = pd.DataFrame(
-        {
-            "group": "", "d": 10, "law": "power", "D": D, "algorithm": "flow", "fit_D_max": 64, "kappa": kappas,
-            "log_rest": log_rest, "log_low": log_rest - 0.5, "log_high": log_rest + 0.5, "fit_levels": "D=4",
-        }
-    )  # fmt: skip
+    preds = inverse_kappa_predictions(D, A)
     traj = pd.DataFrame(
         {"role": "scaling", "variant": "", "d": [10], "D": [D], "algorithm": "flow", "samples": 2048.0, "rtol": 1e-6}
     )

@@ -13,6 +13,7 @@ gradient descent beside it; before the flow's larger runs it led the answer.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from ..analysis.bound import TARGET_QUANTITY
 from ..analysis.statements import levels
@@ -77,6 +78,18 @@ def law_cells(t: Tables, variant: str, fitted_on: str = "") -> list[dict]:
             }
         )
     return cells
+
+
+def theorem_counts(cells: list[dict]) -> dict:
+    """How the theorem's form fared against the other laws over these law-test cells: its differences that
+    another law wins, that tie, that it wins, and all of them."""
+    theorem = [d for cell in cells for d in cell["diffs"].values() if d["a"] == "theorem"]
+    return {
+        "theorem_worse": sum(d["verdict"] == f"{d['b']} predicts better" for d in theorem),
+        "theorem_tie": sum(d["verdict"] == "tie" for d in theorem),
+        "theorem_better": sum(d["verdict"] == "theorem predicts better" for d in theorem),
+        "theorem_total": len(theorem),
+    }
 
 
 def bound(t: Tables) -> list[dict]:
@@ -144,8 +157,9 @@ def flow(t: Tables | None) -> dict | None:
         }
     measured = sorted({int(D) for D in t.rows("theorem_by_D", group="", algorithm="flow")["D"]})
     predicted = _kappa_c_predictions(t)
+    bounds = bound(t)
     kappa_c = []
-    for b in bound(t):
+    for b in bounds:
         judged = t.claims(statement="kappa_c_prediction", fitted_on="", c=b["c"]).sort_values(["D", "law"])
         at = []
         for D, g in judged.groupby("D", sort=True):
@@ -166,7 +180,6 @@ def flow(t: Tables | None) -> dict | None:
             }
         )
     cells = law_cells(t, "")
-    theorem = [d for cell in cells for d in cell["diffs"].values() if d["a"] == "theorem"]
     return {
         "settings": _settings(t)
         | {
@@ -174,15 +187,15 @@ def flow(t: Tables | None) -> dict | None:
             "planned_D": sorted(int(D) for D in t.design["scaling"]["D_grid"]),  # the whole design, not the slice
             "tolerance": t.config["scaling"]["analysis"]["gap_growth_tolerance"],
             "check_tolerance": t.config["scaling"]["analysis"]["batch_tolerance"],
+            "preregistered": str(Path(t.link).parent / "preregistered") if _preregistered(t).is_dir() else "",
         },
-        "bound": bound(t),
+        "bound": bounds,
         "kappa_c": kappa_c,
         "checks": checks(t),
         "cells": cells,
         "ties": sum(c["diffs"]["power-nested"]["verdict"] == "tie" for c in cells if "power-nested" in c["diffs"]),
         "closest": {law: sum(c["closest"] == law for c in cells) for law in LAWS},
-        "theorem_worse": sum(d["verdict"] == f"{d['b']} predicts better" for d in theorem),
-        "theorem_total": len(theorem),
+        **theorem_counts(cells),
         # the nested law's rate c fitted on the fit levels: above 0 (its one-sided verdict holds) at how many kappa
         "nested_c": {
             "positive": sum(c["rates"]["nested"]["verdict"] == "holds" for c in cells if "nested" in c["rates"]),
@@ -200,18 +213,23 @@ def flow(t: Tables | None) -> dict | None:
     }
 
 
+def _preregistered(t: Tables):
+    """The study's committed pre-registered predictions beside its tables (docs/<study>/preregistered/)."""
+    return t.folder.parent / "preregistered"
+
+
 def _kappa_c_predictions(t: Tables) -> dict:
     """The kappa_c each law predicted from the study's fit levels, by (law, D, c): the committed pre-registered
     table beside the study's tables (docs/<study>/preregistered/), else the run's own (results/<study>/tables/)."""
     import pandas as pd
 
-    path = t.folder.parent / "preregistered" / "kappa_c_predictions.csv"
+    path = _preregistered(t) / "kappa_c_predictions.csv"
     path = path if path.is_file() else t.path("kappa_c_predictions")
     if path is None:
         return {}
     table = pd.read_csv(path)
-    design = t.config["scaling"]["analysis"]
-    own = table[(table["algorithm"] == "flow") & (table["fit_D_max"] == design["fit_D_max"])]
+    fit_D_max = t.config["scaling"]["analysis"]["fit_D_max"]
+    own = table[(table["algorithm"] == "flow") & (table["fit_D_max"] == fit_D_max)]
     return {
         (str(r["law"]), int(r["D"]), round(float(r["c"]), 6)): {
             "kappa_c": float(r["kappa_c"]),
@@ -283,8 +301,6 @@ def context(studies: dict[str, Tables]) -> dict | None:
         return None
     largest = studies.get(LARGEST_D)
     at_64 = law_cells(largest, "") if largest is not None and largest.has("claims") else []
-    diffs = [d for cell in population + at_64 for d in cell["diffs"].values()]
-    theorem = [d for d in diffs if d["a"] == "theorem"]
     flow_context = flow(studies.get(FLOW))
     return {
         "number": NUMBER,
@@ -298,10 +314,7 @@ def context(studies: dict[str, Tables]) -> dict | None:
         "bound": bound(t),
         "checks": checks(t),
         "finite_batches": finite_batches(t),
-        "theorem_worse": sum(d["verdict"] == f"{d['b']} predicts better" for d in theorem),
-        "theorem_tie": sum(d["verdict"] == "tie" for d in theorem),
-        "theorem_better": sum(d["verdict"] == "theorem predicts better" for d in theorem),
-        "theorem_total": len(theorem),
+        **theorem_counts(population + at_64),
         "replicates": min([c["replicates"] for c in population + at_64] or [math.nan]),
         "flow": flow_context,
         # the flow leads the answer once its runs beyond its fit levels are judged (its law test has cells)
