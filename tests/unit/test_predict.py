@@ -233,22 +233,26 @@ def test_kappa_c_is_read_off_each_laws_predictions_with_its_interval():
 def test_a_measured_kappa_c_is_judged_against_each_laws_prediction_a_censored_end_as_a_bound():
     """The same predictions (kappa_c = A exp(c D), interval x exp(+-0.5); c = 0.1 beyond the grid) against
     measured flow times at D = 80: inside the interval agrees, outside differs; a measurement not reached by
-    the run's end agrees with a prediction beyond the grid and differs from one inside it."""
+    the run's end agrees with a prediction beyond the grid and differs from one inside it. "agrees" is a failure
+    to reject: it stands only with power against the rival law's prediction (far: power near 1), and reads
+    "undecided" where the rival predicts nearly the same kappa_c or there is no rival."""
     from schema_settings import settings
 
     from groupsparse.analysis.kappa_prediction import kappa_c_claims
 
     D, A = 80, math.exp(-3.5)
-    preds = inverse_kappa_predictions(D, A)
     traj = pd.DataFrame(
         {"role": "scaling", "variant": "", "d": [10], "D": [D], "algorithm": "flow", "samples": 2048.0, "rtol": 1e-6}
     )
     s = settings(fit_D_max=64, target_c=(0.05, 0.1))
     expected = A * math.exp(0.05 * D)
 
-    def judged(kappa_c05: float, reached_c01: bool) -> dict[float, str]:
+    def judged(kappa_c05: float, reached_c01: bool, rival: float | None = math.exp(1.5)) -> dict[float, dict]:
+        preds = inverse_kappa_predictions(D, A)
+        if rival is not None:  # the nested law predicting kappa_c x rival
+            preds = pd.concat([preds, inverse_kappa_predictions(D, A * rival).assign(law="nested")])
         seeds = np.arange(4)
-        tau05 = kappa_c05 * D**3 * np.exp(0.01 * (seeds - 1.5))  # four seeds around kappa_c05
+        tau05 = kappa_c05 * D**3 * np.exp(0.05 * (seeds - 1.5))  # four seeds around kappa_c05
         cr = pd.DataFrame(
             {
                 "run": "scale_d10_D80", "role": "scaling", "variant": "", "d": 10, "D": D, "seed": np.tile(seeds, 2),
@@ -257,12 +261,23 @@ def test_a_measured_kappa_c_is_judged_against_each_laws_prediction_a_censored_en
                 "censored": np.repeat([False, not reached_c01], 4), "reason": "",
             }
         )  # fmt: skip
-        rows = kappa_c_claims(traj, cr, preds, s)
-        assert all(r["statement"] == "kappa_c_prediction" and r["law"] == "power" for r in rows)
-        return {r["c"]: r["verdict"] for r in rows}
+        rows = [r for r in kappa_c_claims(traj, cr, preds, s) if r["law"] == "power"]
+        assert rows and all(r["statement"] == "kappa_c_prediction" for r in rows)
+        return {r["c"]: r for r in rows}
 
-    assert judged(expected * 1.2, reached_c01=False) == {0.05: "agrees", 0.1: "agrees"}
-    assert judged(expected * 2.0, reached_c01=False)[0.05] == "differs"  # exp(0.5) = 1.65: outside
-    assert judged(expected / 2.0, reached_c01=False)[0.05] == "differs"
+    far = judged(expected * 1.2, reached_c01=False)
+    # c = 0.1 not reached by kappa 8: both laws said beyond 8, so the run tells them apart no better than chance
+    assert {c: r["verdict"] for c, r in far.items()} == {0.05: "agrees", 0.1: "undecided"} and far[0.1]["power"] == 0
+    # a rival whose whole interval says "reached by 8" (kappa_c e^1 x [e^-0.5, e^0.5]) would have been seen
+    below = judged(expected * 1.2, reached_c01=False, rival=math.exp(-3.5))
+    assert below[0.1]["verdict"] == "agrees" and below[0.1]["power"] == 1
+    assert far[0.05]["power"] > 0.99 and far[0.05]["alternative_name"] == "the nested law's kappa_c"
+    assert far[0.05]["alternative_value"] == pytest.approx(expected * math.exp(1.5))
+    assert judged(expected * 2.0, reached_c01=False)[0.05]["verdict"] == "differs"  # exp(0.5) = 1.65: outside
+    assert judged(expected / 2.0, reached_c01=False)[0.05]["verdict"] == "differs"
     # c = 0.1's prediction is 'beyond 8': a run that reaches it at kappa 1 contradicts it
-    assert judged(expected, reached_c01=True)[0.1] == "differs"
+    assert judged(expected, reached_c01=True)[0.1]["verdict"] == "differs"
+    # a rival predicting 1.1 x the same kappa_c lies inside the interval too: no power to tell them apart
+    near = judged(expected * 1.2, reached_c01=False, rival=1.1)[0.05]
+    assert near["verdict"] == "undecided" and near["power"] < s.min_power and near["power_veto"] is True
+    assert judged(expected * 1.2, reached_c01=False, rival=None)[0.05]["verdict"] == "undecided"

@@ -245,7 +245,10 @@ def machine_robust(claims: pd.DataFrame, s: Settings) -> pd.DataFrame:
         scale = np.maximum(np.abs(v), np.abs(claims["measured"].to_numpy(float)))
         close = np.isfinite(v) & (gap < s.machine_spread * scale)
     decided = claims["verdict"].isin(["holds", "does not hold", "consistent", "undecided"]).to_numpy()
-    flip = close & decided & ~claims["analysis"].isin(TRANSFER_ANALYSES).to_numpy()
+    # kappa_c_prediction judges the measured mean against the prediction's interval, not an interval's edge
+    # against a value: its "undecided" is a power veto, not an edge near the value
+    own_rule = claims["statement"].eq("kappa_c_prediction").to_numpy() if "statement" in claims else False
+    flip = close & decided & ~claims["analysis"].isin(TRANSFER_ANALYSES).to_numpy() & ~own_rule
     claims.loc[flip, "why"] = (
         f"could flip under the cross-machine spread ({s.machine_spread:.2g} relative): " + claims.loc[flip, "why"]
     )

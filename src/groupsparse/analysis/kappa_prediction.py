@@ -10,7 +10,9 @@ on kappa_c is the prediction interval's image. Beyond the grid's last kappa the 
 Judged (:func:`kappa_c_claims`) at each measured D above fit_D_max: the measured tau_c(D) / D^3 (geometric
 mean over seeds, t interval) inside the prediction's interval (agrees) or not (differs), a censored end read
 as a bound. The criterion, the one the out-of-sample rows of r use (the measured mean inside the prediction
-interval), was set on 2026-12-07 after D = 80 and 96 ran; the predictions were committed before.
+interval), was set on 2026-12-07 after D = 80 and 96 ran; the predictions were committed before. "agrees" is a
+failure to reject: each row states its power against the rival laws' predictions (the smallest), and below
+min_power it reads "undecided" (the rule of :mod:`.power`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
-from .rows import claim_row
+from .rows import alternative_text, claim_row
 from .scaling_laws import MIN_ATTENTION, grid_rows
 from .settings import Settings
 from .statements import ALGORITHM_WORDS, About
@@ -87,6 +90,42 @@ def _agrees(measured: float, censored: bool, p: pd.Series) -> bool:
     return high > measured if censored else low <= measured <= high
 
 
+def _power_against(p: pd.Series, rivals: pd.DataFrame, se: float) -> tuple[float, str, float]:
+    """The power of the inside-the-interval rule for law ``p`` against each rival law's kappa_c taken as the
+    truth: the chance that a measured geometric mean (log: the rival's log kappa_c + se x N(0, 1), se that of the
+    measured seeds' mean) falls outside ``p``'s interval. The smallest over the rivals, with that rival's name
+    and value (a censored rival prediction enters at its bound, the value nearest the grid: its power is a
+    lower bound). NaN where the measurement has no standard error (one seed)."""
+    low = 0.0 if p["censored"] == "below" else float(p["kappa_c_low"])
+    high = math.inf if p["censored"] == "above" else float(p["kappa_c_high"])
+    best = (math.nan, "", math.nan)
+    for _, r in rivals.iterrows():
+        alt = float(r["kappa_c"])
+        if not (np.isfinite(alt) and alt > 0 and np.isfinite(se) and se > 0):
+            continue
+        z_low = (math.log(low) - math.log(alt)) / se if low > 0 else -math.inf
+        z_high = (math.log(high) - math.log(alt)) / se if np.isfinite(high) else math.inf
+        power = 1.0 - float(sps.norm.cdf(z_high) - sps.norm.cdf(z_low))
+        if not power >= best[0]:
+            best = (power, f"the {r['law']} law's kappa_c", alt)
+    return best
+
+
+def _power_past_end(rivals: pd.DataFrame, T: float) -> tuple[float, str, float]:
+    """A run not reached by its end kappa T agrees with a prediction beyond T. Its power against a rival law: 1
+    where the rival's whole interval lies below T (were it true, the run would have reached the target), 0 where
+    the rival too lies beyond T, NaN between (the rival's interval straddles the end). The smallest over rivals."""
+    best = (math.nan, "", math.nan)
+    for _, r in rivals.iterrows():
+        high = math.inf if r["censored"] == "above" else float(r["kappa_c_high"])
+        power = 1.0 if high < T else (0.0 if float(r["kappa_c"]) >= T else math.nan)
+        if not power >= best[0] or not best[1]:
+            best = (power, f"the {r['law']} law's kappa_c", float(r["kappa_c"]))
+            if not np.isfinite(power):
+                break  # unknown power: the verdict cannot stand on it
+    return best
+
+
 def kappa_c_claims(traj: pd.DataFrame, crossings: pd.DataFrame, preds: pd.DataFrame, s: Settings) -> list[dict]:
     """Per source of predictions (the laws fitted on this study's runs, or another study's), law, c and measured
     D above fit_D_max: the measured kappa_c(D) = tau_c(D) / D^3 against the law's pre-registered kappa_c."""
@@ -105,6 +144,8 @@ def kappa_c_claims(traj: pd.DataFrame, crossings: pd.DataFrame, preds: pd.DataFr
         with np.errstate(divide="ignore"):  # a target reached at the start has flow time 0: no ratio, dropped
             logs = np.log(h["flow_time"].to_numpy(float)) - 3 * math.log(D)
         m, lo, hi = (math.exp(v) if np.isfinite(v) else math.nan for v in mean_interval(logs))
+        finite = logs[np.isfinite(logs)]
+        se = float(finite.std(ddof=1) / math.sqrt(finite.size)) if finite.size > 1 else math.nan
         censored = bool(h["censored"].any())
         T = float(h["flow_time"].max()) / D**3
         if censored:  # not reached by the run's end: kappa_c(D) > T, a lower bound
@@ -156,5 +197,14 @@ def kappa_c_claims(traj: pd.DataFrame, crossings: pd.DataFrame, preds: pd.DataFr
                     else f"not reached by kappa = {T:.3g}; the prediction {said} "
                     + ("allows that" if agrees else "says it is reached by then")
                 )
+                # "agrees" is a failure to reject: it means something only with power against the rival laws
+                rivals = source[source["law"] != p["law"]]
+                power, name, alt = _power_past_end(rivals, T) if censored else _power_against(p, rivals, se)
+                row["power"], row["power_plugin"] = power, power
+                row["alternative"] = alternative_text(name, alt) if name else ""
+                row["alternative_name"], row["alternative_value"] = name, alt
+                if agrees and not power >= s.min_power:
+                    row["verdict"], row["power_veto"] = "undecided", True
+                    row["why"] = f"undecided (power {power:.2f} against {name or 'no rival'}); " + row["why"]
                 rows.append(row)
     return rows

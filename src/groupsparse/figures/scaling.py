@@ -199,7 +199,7 @@ def convergence_figure(records: list[FitRecord], descriptive: bool = False):
             y_exp=True,
             theory_slope=3.0,
             x_label="D (groups)",
-            y_label="flow time tau = eta x steps",
+            y_label="flow time tau (gradient descent: eta x steps)",
             extra_title=note,
         )
     title = (

@@ -270,7 +270,7 @@ def population_and_batch_figure(traj: pd.DataFrame, s, config: dict | None = Non
             ax.axvline(kappa, color="0.7", ls=":", lw=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("flow time / D^3 (eta x steps / D^3)")
+        ax.set_xlabel("flow time / D^3 (gradient descent: eta x steps / D^3)")
         ax.set_ylabel("1 - min over queries of attention on j*")
         ax.set_title(f"D = {D}", fontsize=9)
         ax.grid(alpha=0.3)

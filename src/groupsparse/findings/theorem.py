@@ -177,6 +177,8 @@ def flow(t: Tables | None) -> dict | None:
                 "at": at,
                 "judged": sum(len(a["laws"]) for a in at),
                 "agree": sum(law["verdict"] == "agrees" for a in at for law in a["laws"]),
+                # inside the interval, but the rival laws' predictions lie inside it too (power below min_power)
+                "undecided": sum(law["verdict"] == "undecided" for a in at for law in a["laws"]),
             }
         )
     cells = law_cells(t, "")
@@ -280,6 +282,7 @@ def _settings(t: Tables) -> dict:
         "seeds": pre["seeds"],
         "flow_time_per_D3": grid["flow_time_per_D3"],
         "fit_D_max": grid["analysis"]["fit_D_max"],
+        "min_power": grid["analysis"]["min_power"],
         "predict_D": grid["analysis"]["predict_D"],
         "dtype": t.config["dtype"],
         "solver": pre.get("solver", "gd"),
