@@ -94,8 +94,8 @@ def _power_against(p: pd.Series, rivals: pd.DataFrame, se: float) -> tuple[float
     """The power of the inside-the-interval rule for law ``p`` against each rival law's kappa_c taken as the
     truth: the chance that a measured geometric mean (log: the rival's log kappa_c + se x N(0, 1), se that of the
     measured seeds' mean) falls outside ``p``'s interval. The smallest over the rivals, with that rival's name
-    and value (a censored rival prediction enters at its bound, the value nearest the grid: its power is a
-    lower bound). NaN where the measurement has no standard error (one seed)."""
+    and value (a censored rival prediction enters at its bound, the grid's first or last kappa). NaN where the
+    measurement has no standard error (one seed)."""
     low = 0.0 if p["censored"] == "below" else float(p["kappa_c_low"])
     high = math.inf if p["censored"] == "above" else float(p["kappa_c_high"])
     best = (math.nan, "", math.nan)
