@@ -479,3 +479,30 @@ def test_a_simulated_power_far_from_the_plug_in_shows_both():
     plug_in_only = {"power": 0.5, "power_pipeline": math.nan, "power_plugin": 0.5}
     assert power(plug_in_only) == "power 0.50"
     assert power({"power": math.nan}) == "power n/a"
+
+
+def test_a_censored_level_after_the_last_measured_one_bounds_the_local_slope_from_below():
+    """The flow study's committed by-D table: where tau_c is censored at a level (its runs' end, a lower bound),
+    the local slope of log tau_c on log D from the last measured level to it is a lower bound, computed from the
+    run's end; every other slope joins two measured levels."""
+    from groupsparse.findings.tables import Tables
+    from groupsparse.findings.theorem import TARGET_QUANTITY, local_slopes
+
+    t = Tables(REPO / "docs/population/tables", "configs/population.yaml", "docs/population/tables")
+    by_D = pd.read_csv(REPO / "docs/population/tables/theorem_by_D.csv", keep_default_na=False)
+    for c in (0.02, 0.05, 0.1):
+        rows = by_D[(by_D["algorithm"] == "flow") & (by_D["quantity"] == TARGET_QUANTITY.format(c=c))]
+        rows = rows[rows["value"] != ""].assign(value=lambda r: r["value"].astype(float)).sort_values("D")
+        censored = rows["censored"].astype(str) == "True"
+        slopes = local_slopes(t, c)
+        assert all(not s["at_least"] for s in slopes[:-1])
+        reached = rows[~censored]
+        after = rows[censored & (rows["D"] > reached["D"].max())]
+        assert bool(slopes and slopes[-1]["at_least"]) == bool(len(after))
+        if len(after):
+            (a, b), (x, y) = (
+                (reached["D"].iloc[-1], after["D"].iloc[0]),
+                (reached["value"].iloc[-1], after["value"].iloc[0]),
+            )
+            assert slopes[-1]["from"] == a and slopes[-1]["to"] == b
+            assert slopes[-1]["slope"] == pytest.approx(math.log(y / x) / math.log(b / a))

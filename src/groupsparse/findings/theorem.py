@@ -256,14 +256,24 @@ def censored_levels(t: Tables, c: float) -> list[int]:
 
 def local_slopes(t: Tables, c: float) -> list[dict]:
     """The slopes of log tau_c on log D between neighbouring measured levels (3: kappa_c constant; above 3 it
-    grows), from the by-D table's geometric means; censored levels end the list."""
+    grows), from the by-D table's geometric means; a censored level right after the last measured one adds a
+    lower bound (``at_least``: its runs' end is a lower bound on tau_c), and ends the list."""
     rows = _tau_c_rows(t, c)
-    rows = rows[rows["value"].notna() & ~rows["censored"].astype(bool)].sort_values("D")
-    D, tau = rows["D"].to_numpy(float), rows["value"].to_numpy(float)
-    return [
-        {"from": int(a), "to": int(b), "slope": math.log(y / x) / math.log(b / a)}
+    rows = rows[rows["value"].notna()].sort_values("D")
+    censored = rows["censored"].astype(bool)
+    reached = rows[~censored]
+    D, tau = reached["D"].to_numpy(float), reached["value"].to_numpy(float)
+    slopes = [
+        {"from": int(a), "to": int(b), "slope": math.log(y / x) / math.log(b / a), "at_least": False}
         for a, b, x, y in zip(D, D[1:], tau, tau[1:])
     ]
+    after = rows[censored & (rows["D"] > (D[-1] if D.size else math.inf))]
+    if len(after):
+        b, y = float(after["D"].iloc[0]), float(after["value"].iloc[0])
+        slopes.append(
+            {"from": int(D[-1]), "to": int(b), "slope": math.log(y / tau[-1]) / math.log(b / D[-1]), "at_least": True}
+        )
+    return slopes
 
 
 def _settings(t: Tables) -> dict:
