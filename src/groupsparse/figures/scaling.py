@@ -257,7 +257,15 @@ def concentration_panel(ax, exp_rec: FitRecord, pow_rec: FitRecord, comparison: 
     if not (len(ok) or below.any() or np.isfinite(f.y[used]).any()):  # nothing measured: a log axis needs a range
         ax.set_ylim(ATTENTION_RESOLUTION, 1)
     ax.set_yscale("log")
-    ax.set_xticks(np.unique(f.x), [f"{v:g}" for v in np.unique(f.x)])
+    # D on a linear axis: a label per level, skipping those closer than 1/20 of the range to the last one labelled
+    # (D = 4 ... 32 beside 192 ran together); every level keeps an unlabelled tick
+    levels = np.unique(f.x)
+    labelled = []
+    for v in levels:
+        if not labelled or v - labelled[-1] >= (levels[-1] - levels[0]) / 20:
+            labelled.append(v)
+    ax.set_xticks(levels, minor=True)
+    ax.set_xticks(labelled, [f"{v:g}" for v in labelled])
     ax.set_xlabel("D (groups)")
     ax.set_ylabel("1 - min over queries of attention on j*")
     decision = f"; better law: {comparison['decision']}" if comparison else ""
