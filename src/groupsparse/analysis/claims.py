@@ -245,10 +245,11 @@ def machine_robust(claims: pd.DataFrame, s: Settings) -> pd.DataFrame:
         scale = np.maximum(np.abs(v), np.abs(claims["measured"].to_numpy(float)))
         close = np.isfinite(v) & (gap < s.machine_spread * scale)
     decided = claims["verdict"].isin(["holds", "does not hold", "consistent", "undecided"]).to_numpy()
-    # kappa_c_prediction judges the measured mean against the prediction's interval, not an interval's edge
-    # against a value: its "undecided" is a power veto, not an edge near the value
-    own_rule = claims["statement"].eq("kappa_c_prediction").to_numpy() if "statement" in claims else False
-    flip = close & decided & ~claims["analysis"].isin(TRANSFER_ANALYSES).to_numpy() & ~own_rule
+    # only a verdict of the rule of .stats (a typed prediction) has an interval edge against a value; a row judged
+    # by its own rule (kappa_c_prediction: the measured mean inside the prediction's interval) has no kind
+    kinds = claims["prediction_kind"] if "prediction_kind" in claims else pd.Series("?", index=claims.index)
+    ruled = kinds.fillna("").astype(str).ne("").to_numpy()
+    flip = close & decided & ruled & ~claims["analysis"].isin(TRANSFER_ANALYSES).to_numpy()
     claims.loc[flip, "why"] = (
         f"could flip under the cross-machine spread ({s.machine_spread:.2g} relative): " + claims.loc[flip, "why"]
     )

@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .rows import alternative_text, claim_row
+from .power import record_power
+from .rows import claim_row
 from .scaling_laws import MIN_ATTENTION, grid_rows
 from .settings import Settings
 from .statements import ALGORITHM_WORDS, About
@@ -119,7 +120,7 @@ def _power_past_end(rivals: pd.DataFrame, T: float) -> tuple[float, str, float]:
     for _, r in rivals.iterrows():
         high = math.inf if r["censored"] == "above" else float(r["kappa_c_high"])
         power = 1.0 if high < T else (0.0 if float(r["kappa_c"]) >= T else math.nan)
-        if not power >= best[0] or not best[1]:
+        if not power >= best[0]:
             best = (power, f"the {r['law']} law's kappa_c", float(r["kappa_c"]))
             if not np.isfinite(power):
                 break  # unknown power: the verdict cannot stand on it
@@ -200,11 +201,6 @@ def kappa_c_claims(traj: pd.DataFrame, crossings: pd.DataFrame, preds: pd.DataFr
                 # "agrees" is a failure to reject: it means something only with power against the rival laws
                 rivals = source[source["law"] != p["law"]]
                 power, name, alt = _power_past_end(rivals, T) if censored else _power_against(p, rivals, se)
-                row["power"], row["power_plugin"] = power, power
-                row["alternative"] = alternative_text(name, alt) if name else ""
-                row["alternative_name"], row["alternative_value"] = name, alt
-                if agrees and not power >= s.min_power:
-                    row["verdict"], row["power_veto"] = "undecided", True
-                    row["why"] = f"undecided (power {power:.2f} against {name or 'no rival'}); " + row["why"]
-                rows.append(row)
+                how = "the rivals' intervals against the run's end" if censored else "plug-in"
+                rows.append(record_power(row, name, alt, power, s, agrees, how=how))
     return rows

@@ -98,12 +98,28 @@ def add_power(
     verdict that fails to reject (:func:`fails_to_reject`) below ``s.min_power`` becomes 'undecided'."""
     rng = numpy_generator("verdict-power", s.study_seed, row["claim"])
     plugin = simulated_power(pred, alternative, se, dof, s.power_simulations, rng)
+    return record_power(row, name, alternative, plugin, s, fails_to_reject(pred.kind, row["verdict"]), pipeline)
+
+
+def record_power(
+    row: dict,
+    name: str,
+    alternative: float,
+    plugin: float,
+    s: Settings,
+    fails_to_reject: bool,
+    pipeline: float = math.nan,
+    how: str = "",
+) -> dict:
+    """The power columns of a claims row and the veto: ``power`` is the pipeline's where one was simulated, else
+    the plug-in; a verdict that ``fails_to_reject`` below ``s.min_power`` becomes 'undecided', saying against what
+    and ``how`` the power was found (default: plug-in, or simulated pipeline)."""
     p = pipeline if np.isfinite(pipeline) else plugin
     row["power"], row["power_plugin"], row["power_pipeline"] = p, plugin, pipeline
     row["alternative"] = alternative_text(name, alternative)
     row["alternative_name"], row["alternative_value"] = name, alternative
-    if fails_to_reject(pred.kind, row["verdict"]) and not p >= s.min_power:
-        how = "simulated pipeline" if np.isfinite(pipeline) else "plug-in"
-        row["why"] = f"undecided (power {p:.2f} against {name}, {how}); " + row["why"]
+    if fails_to_reject and not p >= s.min_power:
+        how = how or ("simulated pipeline" if np.isfinite(pipeline) else "plug-in")
+        row["why"] = f"undecided (power {p:.2f} against {name or 'no rival'}, {how}); " + row["why"]
         row["verdict"], row["power_veto"] = "undecided", True
     return row
