@@ -191,6 +191,11 @@ def test_status_reads_snakemakes_records_and_the_processes_not_the_log_ages(tmp_
         [sys.executable, "-c", "import time, sys; time.sleep(60)", "results/s/out/running.parquet"], cwd=tmp_path
     )
     try:
+        # the child's command line, once /proc shows it (a loaded machine may take a moment to exec it)
+        deadline = time.monotonic() + 30
+        while not jobstate.Processes.in_folder(tmp_path).naming("results/s/out/running.parquet"):
+            assert time.monotonic() < deadline, "the stand-in job never appeared in /proc"
+            time.sleep(0.05)
         states = {s.key: s.state for s in jobstate.job_states(results)}
     finally:
         job.kill()
