@@ -113,6 +113,7 @@ for pair in "configs/population_gd.yaml configs/cluster/population_large_D.yaml"
   "configs/population.yaml configs/slices/population_to_D96.yaml" \
   "configs/population.yaml configs/slices/population_to_D128.yaml" \
   "configs/population.yaml configs/slices/population_to_D192.yaml" \
+  "configs/population.yaml configs/slices/population_to_D256.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_small_D.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_D16.yaml" \
   "configs/practitioners.yaml configs/slices/practitioners_D24_stable.yaml" \
@@ -123,7 +124,7 @@ for pair in "configs/population_gd.yaml configs/cluster/population_large_D.yaml"
   run groupsparse estimate --no-calibration --configfile $pair > /dev/null
 done
 for overlay in configs/cluster/*.yaml configs/slices/*.yaml; do  # an overlay added without a line above fails here
-  case " population_large_D practitioners_D32 population_D64 population_gd_large_D_predictions population_fit_levels population_to_D80 population_to_D96 population_to_D128 population_to_D192 practitioners_small_D practitioners_D16 practitioners_D24_stable practitioners_D24 " in *" $(basename "$overlay" .yaml) "*) ;; *)
+  case " population_large_D practitioners_D32 population_D64 population_gd_large_D_predictions population_fit_levels population_to_D80 population_to_D96 population_to_D128 population_to_D192 population_to_D256 practitioners_small_D practitioners_D16 practitioners_D24_stable practitioners_D24 " in *" $(basename "$overlay" .yaml) "*) ;; *)
     echo "documented-commands: $overlay is planned by no line of this script" >&2; exit 1 ;;
   esac
 done
