@@ -113,7 +113,10 @@ def _extract_members(tar: tarfile.TarFile, into: Path, members: list[tarfile.Tar
         tar.extractall(into, members=members, filter="data")
         return
     for m in members:
-        m.mode = 0o755 if m.isdir() else (m.mode & 0o755 if m.mode & 0o100 else m.mode & 0o644) | 0o600
+        mode = m.mode & 0o755  # the data filter's rule for files; folders get plain 0o755
+        if not mode & 0o100:
+            mode &= ~0o111  # not executable by its owner: by no one
+        m.mode = 0o755 if m.isdir() else mode | 0o600
         m.uid, m.gid, m.uname, m.gname = os.getuid(), os.getgid(), "", ""
     tar.extractall(into, members=members)
 
