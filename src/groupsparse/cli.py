@@ -70,7 +70,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. Every error is one line `groupsparse <command>: <problem>` and a
-    non-zero exit; --debug (or GROUPSPARSE_DEBUG=1) re-raises it with its traceback."""
+    non-zero exit; --debug (or GROUPSPARSE_DEBUG=1) re-raises it with its traceback.
+
+    Called with no ``argv`` this process is the command (the console script): it exits here, skipping the
+    interpreter's teardown of torch, numba and sklearn, about 0.7 CPU-seconds a process (median of 8 here: a
+    tiny study's transfer job computes for 0.3 s). Every output is whole before it (atomic renames);
+    the exit handlers still run and the streams are flushed."""
+    code = _command(argv)
+    if argv is None:
+        _exit_without_teardown(code)
+    return code
+
+
+def _exit_without_teardown(code: int | None) -> None:
+    import atexit
+    import contextlib
+    import os
+
+    atexit._run_exitfuncs()  # logging's flush, tempfile's clean-up: what an exit runs before the teardown
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            stream.flush()
+    os._exit(0 if code is None else code if isinstance(code, int) else 1)  # as sys.exit reads it
+
+
+def _command(argv: list[str] | None) -> int:
     import os
 
     from .io.progress import handle_stop_signals, ignore_stop_signals, stop_signal_name

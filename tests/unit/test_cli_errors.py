@@ -150,3 +150,36 @@ def test_snapshot_refuses_numbers_that_do_not_come_from_head(tmp_path, capsys):
     code = cli.main(["snapshot", "--results", str(results), "--out", str(tmp_path / "R.md")])
     err = capsys.readouterr().err
     assert code != 0 and ("HEAD" in err or "uncommitted" in err) and not (tmp_path / "R.md").exists()
+
+
+EXIT_PROBE = """
+import atexit, sys
+from groupsparse import cli
+
+
+class Teardown:  # collected only by the interpreter's teardown, which the command skips
+    def __del__(self):
+        print("teardown ran", flush=True)
+
+
+sys.modules["__main__"].kept = Teardown()
+atexit.register(lambda: print("exit handler ran"))
+sys.argv = ["groupsparse", *sys.argv[1:]]
+sys.exit(cli.main())
+"""
+
+
+@pytest.mark.parametrize("ok", [True, False], ids=["finished", "refused"])
+def test_the_command_process_exits_with_its_code_and_whole_output_skipping_the_teardown(tmp_path, capsys, ok):
+    """The console script's process leaves by os._exit: its code and every line it printed (through a pipe's
+    buffer) come out as from the command run in-process, the exit handlers run, and the interpreter's teardown
+    (seconds of torch and numba) does not."""
+    table = tmp_path / "t.parquet"
+    pd.DataFrame({"run": [f"r{i}" for i in range(3000)], "value": range(3000)}).to_parquet(table)
+    args = ["summary", str(table), "--where", "run=r1" if ok else "run=nothing"]
+    code = cli.main(args)
+    want = capsys.readouterr()
+    res = subprocess.run([sys.executable, "-c", EXIT_PROBE, *args], capture_output=True, text=True, timeout=120)
+    assert res.returncode == code == (0 if ok else 1), res.stderr
+    assert res.stdout == want.out + "exit handler ran\n" and res.stderr == want.err
+    assert len(want.out + want.err) > 20

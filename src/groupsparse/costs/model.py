@@ -70,7 +70,8 @@ def coefficients() -> dict:
     if _COEFFS is None:
         import yaml
 
-        _COEFFS = yaml.safe_load(COEFFS_PATH.read_text())
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it, as for the schema
+        _COEFFS = yaml.load(COEFFS_PATH.read_text(), Loader=loader)
     return _COEFFS
 
 
