@@ -169,3 +169,28 @@ def test_every_column_the_analysis_reads_is_required_of_every_job_table():
 
     for kind, columns in ANALYSED_COLUMNS.items():
         assert set(columns) <= set(REQUIRED_COLUMNS[kind]), kind
+
+
+def test_the_run_time_line_counts_the_jobs_jobs_json_names_and_says_what_it_left_out(tmp_path):
+    """A snapshot's run-time line sums the benchmarks of the last run's jobs (jobs.json); a job run in the same
+    folder for another config (a check run ahead of its level) is named as left out, not summed."""
+    import json
+
+    from groupsparse.io.report import overhead_section
+
+    results = tmp_path / "results" / "s"
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    runs = (("pretrain/a/seeds0-0", 100.0, 50.0), ("aggregate", 10.0, 70.0), ("pretrain/b/x", 1e4, 900.0))
+    for name, seconds, rss in runs:
+        tsv = results / "benchmarks" / f"{name}.tsv"
+        tsv.parent.mkdir(parents=True, exist_ok=True)
+        tsv.write_text(header + f"{seconds}\t0:00:00\t{rss}\t1\t1\t1\t0\t0\t50\t{seconds}\n")
+    line = overhead_section(results, None, 2)
+    assert line.startswith("3 jobs; sum of job wall times 10110 s") and "900 MB" in line  # no jobs.json: all
+    jobs = {k: {"rule": k, "benchmark": f"results/s/benchmarks/{k}.tsv"} for k in ("pretrain/a/seeds0-0", "aggregate")}
+    (results / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    line = overhead_section(results, None, 2)
+    assert line.startswith("2 jobs; sum of job wall times 110 s (ideal on 2 cores: 55 s)"), line
+    assert "largest peak memory 70 MB (aggregate.tsv)" in line and "not counted: 1 benchmark file(s)" in line
+    (results / "jobs.json").write_text(json.dumps({"jobs": {}}))
+    assert overhead_section(results, None, 2).startswith("no job of the study has finished yet (3 other")

@@ -262,10 +262,21 @@ def settings_section(results: Path) -> str:
 
 
 def overhead_section(results: Path, wall: float | None, cores: int) -> str:
+    """The study's jobs' benchmarks summed: those jobs.json names (the last run's config), when it exists, so that
+    a job run in the folder for another config (a check run ahead of its level) is not counted here."""
     import pandas as pd
 
-    rows = []
+    from ..study.jobstate import JOBS_FILE, workdir_of
+
+    listed = None
+    if (results / JOBS_FILE).is_file():
+        jobs = json.loads((results / JOBS_FILE).read_text()).get("jobs", {})
+        listed = {(workdir_of(results) / j["benchmark"]).resolve() for j in jobs.values() if j.get("benchmark")}
+    rows, others = [], 0
     for tsv in sorted((results / "benchmarks").rglob("*.tsv")):
+        if listed is not None and tsv.resolve() not in listed:
+            others += 1
+            continue
         b = pd.read_csv(tsv, sep="\t")
         rows.append(
             {
@@ -274,6 +285,8 @@ def overhead_section(results: Path, wall: float | None, cores: int) -> str:
                 "max_rss": float(b["max_rss"].iloc[0]) if str(b["max_rss"].iloc[0]) != "-" else float("nan"),
             }
         )
+    if not rows:
+        return f"no job of the study has finished yet ({others} other benchmark file(s) in the folder)."
     df = pd.DataFrame(rows)
     total = df["s"].sum()
     big = df.loc[df["max_rss"].idxmax()] if df["max_rss"].notna().any() else None
@@ -282,6 +295,8 @@ def overhead_section(results: Path, wall: float | None, cores: int) -> str:
         text += f"; snakemake wall time {wall:.0f} s, i.e. {wall / (total / cores):.2f}x the ideal"
     if big is not None:
         text += f"; largest peak memory {big['max_rss']:.0f} MB ({big['job']})"
+    if others:
+        text += f" (not counted: {others} benchmark file(s) of jobs outside the last run's config, {JOBS_FILE})"
     return text + "."
 
 
