@@ -177,6 +177,7 @@ def test_the_run_time_line_counts_the_jobs_jobs_json_names_and_says_what_it_left
     import json
 
     from groupsparse.io.report import overhead_section
+    from groupsparse.study.jobstate import study_benchmarks
 
     results = tmp_path / "results" / "s"
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
@@ -185,12 +186,13 @@ def test_the_run_time_line_counts_the_jobs_jobs_json_names_and_says_what_it_left
         tsv = results / "benchmarks" / f"{name}.tsv"
         tsv.parent.mkdir(parents=True, exist_ok=True)
         tsv.write_text(header + f"{seconds}\t0:00:00\t{rss}\t1\t1\t1\t0\t0\t50\t{seconds}\n")
-    line = overhead_section(results, None, 2)
+    assert study_benchmarks(results) is None
+    line = overhead_section(results, None, 2, study_benchmarks(results))
     assert line.startswith("3 jobs; sum of job wall times 10110 s") and "900 MB" in line  # no jobs.json: all
     jobs = {k: {"rule": k, "benchmark": f"results/s/benchmarks/{k}.tsv"} for k in ("pretrain/a/seeds0-0", "aggregate")}
     (results / "jobs.json").write_text(json.dumps({"jobs": jobs}))
-    line = overhead_section(results, None, 2)
+    line = overhead_section(results, None, 2, study_benchmarks(results))
     assert line.startswith("2 jobs; sum of job wall times 110 s (ideal on 2 cores: 55 s)"), line
     assert "largest peak memory 70 MB (aggregate.tsv)" in line and "not counted: 1 benchmark file(s)" in line
     (results / "jobs.json").write_text(json.dumps({"jobs": {}}))
-    assert overhead_section(results, None, 2).startswith("no job of the study has finished yet (3 other")
+    assert overhead_section(results, None, 2, study_benchmarks(results)).startswith("no job of the study has finished")

@@ -72,7 +72,10 @@ def run(args) -> int:
     from ..findings.tables import of_results
 
     answers = render("page_answers.j2", one_study(of_results(args.results)), at=readme.in_docs)
-    count = write_snapshot(args.results, args.docs, args.out, args.wall_seconds, args.cores, answers)
+    from ..study.jobstate import study_benchmarks
+
+    benchmarks = study_benchmarks(args.results)
+    count = write_snapshot(args.results, args.docs, args.out, args.wall_seconds, args.cores, answers, benchmarks)
     tables = commit_tables(args.results, Path(args.docs) / "tables")
     print(f"wrote {args.out}, {count} figures to {args.docs} and {len(tables)} tables to {args.docs}/tables")
     study = (json.loads((Path(args.results) / "provenance.json").read_text()).get("study") or {}).get("study_name")

@@ -261,17 +261,14 @@ def settings_section(results: Path) -> str:
     )
 
 
-def overhead_section(results: Path, wall: float | None, cores: int) -> str:
-    """The study's jobs' benchmarks summed: those jobs.json names (the last run's config), when it exists, so that
-    a job run in the folder for another config (a check run ahead of its level) is not counted here."""
+def overhead_section(results: Path, wall: float | None, cores: int, benchmarks: set[Path] | None = None) -> str:
+    """The study's jobs' benchmarks summed: with ``benchmarks`` (the last run's jobs' files, from jobs.json:
+    study.jobstate.study_benchmarks), those only, so that a job run in the folder for another config (a check
+    run ahead of its level) is not counted here; without, every file under benchmarks/. jobs.json is rewritten
+    by each run: a snapshot taken after another config's run in the folder counts that run's jobs."""
     import pandas as pd
 
-    from ..study.jobstate import JOBS_FILE, workdir_of
-
-    listed = None
-    if (results / JOBS_FILE).is_file():
-        jobs = json.loads((results / JOBS_FILE).read_text()).get("jobs", {})
-        listed = {(workdir_of(results) / j["benchmark"]).resolve() for j in jobs.values() if j.get("benchmark")}
+    listed = None if benchmarks is None else {Path(b).resolve() for b in benchmarks}
     rows, others = [], 0
     for tsv in sorted((results / "benchmarks").rglob("*.tsv")):
         if listed is not None and tsv.resolve() not in listed:
@@ -296,7 +293,7 @@ def overhead_section(results: Path, wall: float | None, cores: int) -> str:
     if big is not None:
         text += f"; largest peak memory {big['max_rss']:.0f} MB ({big['job']})"
     if others:
-        text += f" (not counted: {others} benchmark file(s) of jobs outside the last run's config, {JOBS_FILE})"
+        text += f" (not counted: {others} benchmark file(s) of jobs outside the last run's config, jobs.json)"
     return text + "."
 
 
@@ -318,11 +315,18 @@ def results_commit_problem(results) -> str | None:
 
 
 def write_snapshot(
-    results: Path, docs: Path, out: Path, wall_seconds: float | None, cores: int, answers: str = ""
+    results: Path,
+    docs: Path,
+    out: Path,
+    wall_seconds: float | None,
+    cores: int,
+    answers: str = "",
+    benchmarks: set[Path] | None = None,
 ) -> int:
     """Copy the main figures to ``docs`` and write the results and claims as ``out`` (docs/results.md),
     a whole generated file, opening on ``answers`` (the questions this study answers, worded by the
-    findings' templates); returns the figure count."""
+    findings' templates) and its run time summed over ``benchmarks`` (see overhead_section); returns the
+    figure count."""
     results, docs, out = Path(results), Path(docs), Path(out)
     tables = results / "tables"
     docs.mkdir(parents=True, exist_ok=True)
@@ -344,7 +348,7 @@ def write_snapshot(
         "`groupsparse snapshot --wall-seconds <wall time of the run>`. A reviewer's summary of the same "
         f"tables: `groupsparse review {results}`.",
         "",
-        "**Run time.** " + overhead_section(results, wall_seconds, cores),
+        "**Run time.** " + overhead_section(results, wall_seconds, cores, benchmarks),
         "",
     ]
     if answers.strip():

@@ -43,6 +43,16 @@ def workdir_of(results: str | os.PathLike) -> Path:
     return Path(results).resolve().parent.parent
 
 
+def study_benchmarks(results: str | os.PathLike) -> set[Path] | None:
+    """The benchmark files of the study's jobs as jobs.json names them (the last run's config), resolved; None
+    without jobs.json."""
+    path = Path(results) / JOBS_FILE
+    if not path.is_file():
+        return None
+    jobs = json.loads(path.read_text()).get("jobs", {})
+    return {(workdir_of(results) / job["benchmark"]).resolve() for job in jobs.values() if job.get("benchmark")}
+
+
 def incomplete_outputs(workdir: Path) -> set[str]:
     """The files snakemake marked incomplete in ``workdir`` (.snakemake/incomplete/: one file per output,
     named by the output path in URL-safe base64, split into folders '@<part>' when too long)."""
