@@ -68,10 +68,9 @@ def coefficients() -> dict:
     """The fitted coefficients (costs.yaml), read once."""
     global _COEFFS
     if _COEFFS is None:
-        import yaml
+        from ..config.schema import load_yaml
 
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it, as for the schema
-        _COEFFS = yaml.load(COEFFS_PATH.read_text(), Loader=loader)
+        _COEFFS = load_yaml(COEFFS_PATH.read_text())
     return _COEFFS
 
 

@@ -262,16 +262,15 @@ def settings_section(results: Path) -> str:
 
 
 def overhead_section(results: Path, wall: float | None, cores: int, benchmarks: set[Path] | None = None) -> str:
-    """The study's jobs' benchmarks summed: with ``benchmarks`` (the last run's jobs' files, from jobs.json:
+    """The study's jobs' benchmarks summed: with ``benchmarks`` (the last run's jobs' files, resolved, from jobs.json:
     study.jobstate.study_benchmarks), those only, so that a job run in the folder for another config (a check
     run ahead of its level) is not counted here; without, every file under benchmarks/. jobs.json is rewritten
     by each run: a snapshot taken after another config's run in the folder counts that run's jobs."""
     import pandas as pd
 
-    listed = None if benchmarks is None else {Path(b).resolve() for b in benchmarks}
     rows, others = [], 0
     for tsv in sorted((results / "benchmarks").rglob("*.tsv")):
-        if listed is not None and tsv.resolve() not in listed:
+        if benchmarks is not None and tsv.resolve() not in benchmarks:
             others += 1
             continue
         b = pd.read_csv(tsv, sep="\t")

@@ -43,13 +43,20 @@ def workdir_of(results: str | os.PathLike) -> Path:
     return Path(results).resolve().parent.parent
 
 
+def study_jobs(results: str | os.PathLike) -> dict[str, dict] | None:
+    """jobs.json's ``jobs`` (see jobs_record), or None where no run wrote it or it cannot be read."""
+    try:
+        return json.loads((Path(results) / JOBS_FILE).read_text())["jobs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def study_benchmarks(results: str | os.PathLike) -> set[Path] | None:
     """The benchmark files of the study's jobs as jobs.json names them (the last run's config), resolved; None
     without jobs.json."""
-    path = Path(results) / JOBS_FILE
-    if not path.is_file():
+    jobs = study_jobs(results)
+    if jobs is None:
         return None
-    jobs = json.loads(path.read_text()).get("jobs", {})
     return {(workdir_of(results) / job["benchmark"]).resolve() for job in jobs.values() if job.get("benchmark")}
 
 
@@ -137,9 +144,8 @@ def job_states(results: str | os.PathLike) -> list[JobState] | None:
     from ..io.progress import PATTERN
 
     results = Path(results)
-    try:
-        jobs = json.loads((results / JOBS_FILE).read_text())["jobs"]
-    except (OSError, ValueError, KeyError, TypeError):
+    jobs = study_jobs(results)
+    if jobs is None:
         return None
     workdir = workdir_of(results)
     marked = incomplete_outputs(workdir)
